@@ -1,0 +1,341 @@
+"""The one Horovod recipe: sdist from PyPI, the project's patches, a wheel
+built for the frameworks of a given Python environment, cached outside the
+checkout under a key of everything that went into it, then installed and
+checked with `horovodrun --check-build`.
+
+scripts/build_horovod.sh is the entry point; scripts/setup.sh and
+docker/Dockerfile both call it.
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+HOROVOD_VERSION = "0.28.1"
+SDIST_NAME = f"horovod-{HOROVOD_VERSION}.tar.gz"
+SDIST_SHA256 = "92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0"
+PATCH_DIR = Path(__file__).resolve().parent / "patches"
+FRAMEWORKS = {  # our name: (import name, Horovod's flag suffix, --check-build label)
+    "pytorch": ("torch", "PYTORCH", "PyTorch"),
+    "tensorflow": ("tensorflow", "TENSORFLOW", "TensorFlow"),
+    "mxnet": ("mxnet", "MXNET", "MXNet"),
+}
+PROBE = r"""
+import importlib, json, platform, sys, sysconfig
+out = {"python": sys.version.split()[0], "abi": sysconfig.get_config_var("SOABI"),
+       "machine": platform.machine(), "prefix": sys.prefix, "frameworks": {}, "errors": {}}
+for name in sys.argv[1:]:
+    try:
+        module = importlib.import_module(name)
+        out["frameworks"][name] = module.__version__
+        if name == "torch":
+            out["torch_cuda"] = module.version.cuda
+    except Exception as err:
+        out["errors"][name] = f"{type(err).__name__}: {err}"
+try:
+    import nvidia.nccl, os
+    out["nccl_home"] = list(nvidia.nccl.__path__)[0]
+except Exception:
+    out["nccl_home"] = None
+print(json.dumps(out))
+"""
+
+
+class BuildError(Exception):
+    pass
+
+
+def log(message: str) -> None:
+    print(f"build_horovod: {message}", flush=True)
+
+
+def first_line(command: list[str]) -> str | None:
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    text = (result.stdout or result.stderr).strip()
+    return text.splitlines()[0] if result.returncode == 0 and text else None
+
+
+def probe_python(python: str, frameworks: list[str]) -> dict:
+    modules = [FRAMEWORKS[f][0] for f in frameworks]
+    try:
+        result = subprocess.run([python, "-c", PROBE, *modules], capture_output=True, text=True,
+                                timeout=300)
+    except OSError as err:
+        raise BuildError(f"cannot run {python}: {err.strerror}") from None
+    if result.returncode != 0:
+        raise BuildError(f"{python} failed to report its packages: {result.stderr.strip()}")
+    info = json.loads(result.stdout.strip().splitlines()[-1])
+    for name, error in info["errors"].items():
+        raise BuildError(f"{name} does not import in {python} ({error}); install it first "
+                         "(scripts/setup.sh --frameworks ...)")
+    return info
+
+
+def find_cuda_home(torch_cuda: str | None) -> Path | None:
+    """The CUDA toolkit to compile against: $CUDA_HOME, else the toolkit of
+    torch's CUDA version, else /usr/local/cuda."""
+    candidates = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
+    if torch_cuda:
+        candidates.append(f"/usr/local/cuda-{torch_cuda}")
+    candidates.append("/usr/local/cuda")
+    for candidate in filter(None, candidates):
+        if (Path(candidate) / "include" / "cuda_runtime_api.h").is_file():
+            return Path(candidate)
+    return None
+
+
+def gpu_present() -> bool:
+    listing = first_line(["nvidia-smi", "-L"])
+    return bool(listing and listing.startswith("GPU"))
+
+
+def nccl_tree(nccl_home: Path, workdir: Path) -> Path:
+    """Horovod's CMake looks for include/nccl.h and lib/libnccl.so; the NCCL
+    wheel that torch depends on ships lib/libnccl.so.2 only. Link a tree
+    that has both, so Horovod uses the very NCCL that torch loads."""
+    if (nccl_home / "lib" / "libnccl.so").exists():
+        return nccl_home
+    tree = workdir / "nccl"
+    (tree / "lib").mkdir(parents=True)
+    (tree / "include").symlink_to(nccl_home / "include")
+    (tree / "lib" / "libnccl.so").symlink_to(nccl_home / "lib" / "libnccl.so.2")
+    return tree
+
+
+def plan(args, info: dict) -> tuple[dict, dict]:
+    """The build's inputs (what the cache key covers) and its environment."""
+    frameworks = args.frameworks
+    gpu_ops = args.gpu_ops
+    if gpu_ops == "auto":
+        gpu_ops = "nccl" if gpu_present() and info.get("torch_cuda") else "none"
+    env = {
+        "HOROVOD_WITH_GLOO": "1",
+        "HOROVOD_WITH_MPI": "1",
+        "HOROVOD_WITHOUT_SPARK": "1",
+        "HOROVOD_WITHOUT_RAY": "1",
+        "MAKEFLAGS": f"-j{args.jobs}",
+    }
+    for name, (_, flag, _) in FRAMEWORKS.items():
+        env[f"HOROVOD_WITH{'' if name in frameworks else 'OUT'}_{flag}"] = "1"
+
+    torch_cuda = info.get("torch_cuda") if "pytorch" in frameworks else None
+    cuda_home = None
+    if torch_cuda or gpu_ops == "nccl":
+        # A CUDA build of torch makes Horovod's torch extension include the
+        # CUDA headers and link cudart, even with no GPU operations.
+        cuda_home = find_cuda_home(torch_cuda)
+        if cuda_home is None:
+            raise BuildError(
+                "the CUDA toolkit headers are needed (torch is a CUDA "
+                f"{torch_cuda} build or NCCL was asked for) but none were found: set CUDA_HOME")
+        env.update(CUDA_HOME=str(cuda_home), CUDAToolkit_ROOT=str(cuda_home),
+                   HOROVOD_CUDA_HOME=str(cuda_home))
+    nccl_version = None
+    if gpu_ops == "nccl":
+        nccl_home = os.environ.get("HOROVOD_NCCL_HOME") or info.get("nccl_home")
+        if not nccl_home or not (Path(nccl_home) / "include" / "nccl.h").is_file():
+            raise BuildError("NCCL GPU operations asked for, but no NCCL was found (install "
+                             "torch's nvidia-nccl wheel or set HOROVOD_NCCL_HOME)")
+        env.update(HOROVOD_GPU_OPERATIONS="NCCL", HOROVOD_NCCL_LINK="SHARED",
+                   HOROVOD_NCCL_HOME=nccl_home)
+        header = (Path(nccl_home) / "include" / "nccl.h").read_text(errors="replace")
+        nccl_version = ".".join(re.findall(r"#define NCCL_(?:MAJOR|MINOR|PATCH)\s+(\d+)", header))
+
+    mpi = first_line(["mpirun", "--version"])
+    if mpi is None:
+        raise BuildError("mpirun not found: install OpenMPI (openmpi-bin libopenmpi-dev; "
+                         "scripts/setup.sh does)")
+    compiler = first_line([os.environ.get("CXX", "c++"), "--version"])
+    if compiler is None:
+        raise BuildError("no C++ compiler (c++) found: install build-essential")
+    patches = {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+               for p in sorted(PATCH_DIR.glob("*.patch"))}
+    inputs = {
+        "horovod": HOROVOD_VERSION,
+        "sdist_sha256": SDIST_SHA256,
+        "patches": patches,
+        "abi": info["abi"],
+        "machine": info["machine"],
+        "frameworks": {f: info["frameworks"][FRAMEWORKS[f][0]] for f in frameworks},
+        "gpu_ops": gpu_ops,
+        "cuda": torch_cuda if cuda_home else None,
+        "nccl": nccl_version,
+        "mpi": mpi,
+        "compiler": compiler,
+        "flags": {k: v for k, v in sorted(env.items()) if k.startswith("HOROVOD_WITH")},
+    }
+    return inputs, env
+
+
+def cache_key(inputs: dict) -> str:
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def fetch_sdist(cache: Path, python: str) -> Path:
+    sdist = cache / "sdist" / SDIST_NAME
+    if sdist.is_file() and sha256_of(sdist) == SDIST_SHA256:
+        return sdist
+    sdist.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=sdist.parent) as tmp:
+        log(f"downloading {SDIST_NAME} from PyPI")
+        result = subprocess.run(
+            [python, "-m", "pip", "download", "--quiet", "--no-binary", ":all:", "--no-deps",
+             "--no-build-isolation", "-d", tmp, f"horovod=={HOROVOD_VERSION}"],
+            capture_output=True, text=True, timeout=600)
+        fetched = Path(tmp) / SDIST_NAME
+        if result.returncode != 0 or not fetched.is_file():
+            raise BuildError(f"downloading {SDIST_NAME} failed: {result.stderr.strip()[-500:]}")
+        if sha256_of(fetched) != SDIST_SHA256:
+            raise BuildError(f"{SDIST_NAME} from PyPI has sha256 {sha256_of(fetched)}, "
+                             f"expected {SDIST_SHA256}")
+        os.replace(fetched, sdist)
+    return sdist
+
+
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def build_wheel(args, sdist: Path, env: dict, entry: Path, inputs: dict) -> None:
+    """Unpack, patch, build; move the wheel into the cache entry at the end,
+    so an interrupted build leaves no entry that looks complete."""
+    started = time.monotonic()
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=entry.parent, prefix=".build-") as tmp:
+        work = Path(tmp)
+        with tarfile.open(sdist) as tar:
+            tar.extractall(work, filter="data")
+        source = work / f"horovod-{HOROVOD_VERSION}"
+        for patch in sorted(PATCH_DIR.glob("*.patch")):
+            log(f"applying {patch.name}")
+            subprocess.run(["patch", "-p1", "--forward", "--batch", "--quiet", "-i", str(patch)],
+                           cwd=source, check=True)
+        if "HOROVOD_NCCL_HOME" in env:
+            env = {**env, "HOROVOD_NCCL_HOME": str(nccl_tree(Path(env["HOROVOD_NCCL_HOME"]), work))}
+        out = work / "wheel"
+        log_path = work / "build.log"
+        log(f"building Horovod {HOROVOD_VERSION} ({', '.join(args.frameworks)}; "
+            f"{'NCCL' if 'HOROVOD_GPU_OPERATIONS' in env else 'no'} GPU operations), "
+            f"-j{args.jobs}; this takes minutes")
+        with open(log_path, "w") as build_log:
+            result = subprocess.run(
+                [args.python, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps",
+                 "--verbose", "-w", str(out), str(source)],
+                env={**os.environ, **env}, stdout=build_log, stderr=subprocess.STDOUT)
+        if result.returncode != 0:
+            kept = entry.parent / "last-failed-build.log"
+            shutil.copy(log_path, kept)
+            tail = log_path.read_text(errors="replace").splitlines()[-25:]
+            raise BuildError("the Horovod build failed; last lines:\n" + "\n".join(tail)
+                             + f"\nfull log: {kept}")
+        (wheel,) = out.glob("horovod-*.whl")
+        staged = work / "entry"
+        staged.mkdir()
+        shutil.move(str(wheel), staged / wheel.name)
+        minutes = (time.monotonic() - started) / 60
+        (staged / "inputs.json").write_text(
+            json.dumps({**inputs, "build_minutes": round(minutes, 1)}, indent=2) + "\n")
+        os.replace(staged, entry)
+        log(f"built {wheel.name} in {minutes:.1f} min -> {entry}")
+
+
+def install(python: str, wheel: Path, marker: Path, key: str) -> None:
+    if marker.is_file() and marker.read_text().strip() == key:
+        check = subprocess.run([python, "-c", "import horovod"], capture_output=True)
+        if check.returncode == 0:
+            log("already installed")
+            return
+    subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-deps", "--force-reinstall",
+                    str(wheel)], check=True)
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text(key + "\n")
+
+
+def check_build(python: str, frameworks: list[str], gpu_ops: str) -> str:
+    """Run `horovodrun --check-build`; fail unless it shows what was asked for."""
+    horovodrun = Path(python).parent / "horovodrun"
+    command = [str(horovodrun)] if horovodrun.exists() else [python, "-m", "horovod.runner.launch"]
+    result = subprocess.run([*command, "--check-build"], capture_output=True, text=True,
+                            timeout=300)
+    report = result.stdout
+    wanted = [FRAMEWORKS[f][2] for f in frameworks] + ["MPI", "Gloo"]
+    if gpu_ops == "nccl":
+        wanted.append("NCCL")
+    missing = [w for w in wanted if not re.search(rf"\[X\] {w}\b", report)]
+    if result.returncode != 0 or missing:
+        raise BuildError(f"horovodrun --check-build lacks {', '.join(missing) or '?'}:\n"
+                         f"{report}{result.stderr}")
+    return report
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="build_horovod.sh",
+        description=f"Build Horovod {HOROVOD_VERSION} from its sdist with the project's patches "
+                    "for the given Python environment, cache the wheel, install it.")
+    parser.add_argument("--python", default=os.environ.get("PYTHON", "python3"),
+                        help="Python of the environment to build for and install into")
+    parser.add_argument("--frameworks", default="pytorch",
+                        help="comma-separated: pytorch, tensorflow, mxnet")
+    parser.add_argument("--gpu-ops", choices=["auto", "nccl", "none"], default="auto",
+                        help="NCCL GPU operations; auto means when a GPU is present")
+    parser.add_argument("--cache-dir", type=Path, default=default_cache_dir(),
+                        help="wheel cache (env HOROVOD_WHEEL_CACHE)")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--no-install", action="store_true", help="build or find the wheel only")
+    parser.add_argument("--print-key", action="store_true", help="print the cache key and exit")
+    args = parser.parse_args(argv)
+    args.frameworks = [f.strip() for f in args.frameworks.split(",") if f.strip()]
+    unknown = [f for f in args.frameworks if f not in FRAMEWORKS]
+    if unknown or not args.frameworks:
+        parser.error(f"--frameworks takes {', '.join(FRAMEWORKS)}; got {args.frameworks}")
+
+    info = probe_python(args.python, args.frameworks)
+    inputs, env = plan(args, info)
+    key = cache_key(inputs)
+    if args.print_key:
+        print(key)
+        return 0
+    entry = args.cache_dir / f"horovod-{HOROVOD_VERSION}-{key}"
+    wheels = sorted(entry.glob("horovod-*.whl"))
+    if wheels:
+        log(f"cached wheel {wheels[0]}")
+    else:
+        build_wheel(args, fetch_sdist(args.cache_dir, args.python), env, entry, inputs)
+        wheels = sorted(entry.glob("horovod-*.whl"))
+    if args.no_install:
+        return 0
+    install(args.python, wheels[0], Path(info["prefix"]) / "horovod-build-key", key)
+    print(check_build(args.python, args.frameworks, inputs["gpu_ops"]), end="")
+    return 0
+
+
+def default_cache_dir() -> Path:
+    if os.environ.get("HOROVOD_WHEEL_CACHE"):
+        return Path(os.environ["HOROVOD_WHEEL_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "horovod-train" / "wheels"
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except BuildError as err:
+        print(f"build_horovod: error: {err}", file=sys.stderr)
+        sys.exit(1)
+    except subprocess.CalledProcessError as err:
+        print(f"build_horovod: error: {' '.join(map(str, err.cmd))} exited {err.returncode}",
+              file=sys.stderr)
+        sys.exit(1)
