@@ -1,0 +1,1 @@
+"""Horovod training platform: trainers, data, checkpoints, metrics."""

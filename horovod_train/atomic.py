@@ -1,0 +1,40 @@
+"""Write files so that a reader sees the old file or the whole new one, never
+a part: a temporary file in the same directory, fsync, rename, fsync the
+directory. A crash mid-write leaves at most a stray temporary file."""
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+
+@contextlib.contextmanager
+def atomic_output(path: str | os.PathLike) -> Iterator[BinaryIO]:
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        # mkstemp makes the file 0600; give it the mode a plain open() would.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)
+        with os.fdopen(fd, "wb") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def atomic_write_bytes(path: str | os.PathLike, payload: bytes) -> None:
+    with atomic_output(path) as f:
+        f.write(payload)

@@ -1,0 +1,100 @@
+"""PyTorch checkpoints: written by rank 0 after each epoch, atomically; on
+resume read by rank 0, checked against the model being trained, and handed to
+the other ranks by broadcast."""
+
+import os
+import pickle
+import zipfile
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from horovod_train.atomic import atomic_output
+from horovod_train.errors import UserError
+
+FORMAT = "horovod-train/pytorch-checkpoint/1"
+CHECKPOINT_NAME = "checkpoint.pt"
+
+
+def checkpoint_path(directory: str | os.PathLike) -> Path:
+    return Path(directory) / CHECKPOINT_NAME
+
+
+def save(
+    directory: str | os.PathLike, model: nn.Module, optimizer: torch.optim.Optimizer,
+    model_name: str, epochs_done: int, extra: dict,
+) -> Path:
+    """Replace the directory's checkpoint with the state after `epochs_done` epochs."""
+    path = checkpoint_path(directory)
+    state = {
+        "format": FORMAT,
+        "model_name": model_name,
+        "epochs_done": epochs_done,
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "extra": extra,
+    }
+    with atomic_output(path) as f:
+        torch.save(state, f)
+    return path
+
+
+def load(path: str | os.PathLike) -> dict:
+    """Read a checkpoint; a damaged or foreign file is a UserError."""
+    try:
+        # weights_only: a checkpoint is data, never code to run.
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, zipfile.BadZipFile, RuntimeError, EOFError, OSError) as err:
+        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UserError(f"{path}: not a readable checkpoint ({first_line})") from None
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise UserError(f"{path}: not a checkpoint of this trainer (format {FORMAT} expected)")
+    return state
+
+
+def restore(
+    path: str | os.PathLike, model: nn.Module, optimizer: torch.optim.Optimizer,
+    model_name: str,
+) -> int:
+    """Load a checkpoint into model and optimizer; returns the epochs it had done."""
+    state = load(path)
+    if state["model_name"] != model_name:
+        raise UserError(
+            f"{path} holds model '{state['model_name']}', this run trains '{model_name}'"
+        )
+    check_fits(path, state["model"], model)
+    model.load_state_dict(state["model"])
+    try:
+        optimizer.load_state_dict(state["optimizer"])
+    except (ValueError, KeyError) as err:
+        raise UserError(f"{path}: optimizer state does not fit this run: {err}") from None
+    return int(state["epochs_done"])
+
+
+def check_fits(path: str | os.PathLike, saved: dict, model: nn.Module) -> None:
+    """Name every tensor that is missing, unexpected or of another shape."""
+    current = model.state_dict()
+    problems = [f"missing {k}" for k in current if k not in saved]
+    problems += [f"unexpected {k}" for k in saved if k not in current]
+    problems += [
+        f"{k} is {tuple(saved[k].shape)} not {tuple(v.shape)}"
+        for k, v in current.items()
+        if k in saved and tuple(saved[k].shape) != tuple(v.shape)
+    ]
+    if problems:
+        shown = ", ".join(problems[:4])
+        if len(problems) > 4:
+            shown += f" and {len(problems) - 4} more"
+        raise UserError(f"{path} does not fit this model: {shown}")
+
+
+def resume(
+    directory: str | os.PathLike, model: nn.Module, optimizer: torch.optim.Optimizer,
+    model_name: str,
+) -> int:
+    """Restore the directory's checkpoint if there is one (rank 0 calls this;
+    the caller broadcasts parameters and optimizer state to the others).
+    Returns the epochs already done: 0 for a fresh start."""
+    path = checkpoint_path(directory)
+    return restore(path, model, optimizer, model_name) if path.exists() else 0

@@ -1,0 +1,77 @@
+"""Command-line options shared by the trainers."""
+
+import argparse
+from pathlib import Path
+
+
+def _number(kind, minimum, inclusive: bool):
+    noun = {int: "an integer", float: "a number"}[kind]
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {noun}") from None
+        if value < minimum or (value == minimum and not inclusive):
+            bound = f">= {minimum}" if inclusive else f"> {minimum}"
+            raise argparse.ArgumentTypeError(f"{text} must be {bound}")
+        return value
+
+    return parse
+
+
+positive_int = _number(int, 1, inclusive=True)
+non_negative_int = _number(int, 0, inclusive=True)
+positive_float = _number(float, 0.0, inclusive=False)
+non_negative_float = _number(float, 0.0, inclusive=True)
+
+
+def base_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """Options every trainer has: data, schedule, Horovod, outputs."""
+    parser = argparse.ArgumentParser(
+        prog=prog, description=description,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    data = parser.add_argument_group("data")
+    data.add_argument("--data-dir", type=Path, default=Path("data"),
+                      help="directory holding MNIST/raw/ (torchvision layout)")
+    data.add_argument("--no-download", action="store_true",
+                      help="fail instead of downloading missing MNIST files")
+
+    schedule = parser.add_argument_group("training")
+    schedule.add_argument("--epochs", type=positive_int, default=5)
+    schedule.add_argument("--batch-size", type=positive_int, default=64,
+                          help="images per rank per step")
+    schedule.add_argument("--test-batch-size", type=positive_int, default=1000)
+    schedule.add_argument("--lr", type=positive_float, default=0.05,
+                          help="learning rate of one worker; scaled by the number of ranks")
+    schedule.add_argument("--warmup-epochs", type=non_negative_float, default=1.0,
+                          help="epochs of linear warm-up to the scaled learning rate")
+    schedule.add_argument("--momentum", type=non_negative_float, default=0.9)
+    schedule.add_argument("--seed", type=int, default=42)
+
+    horovod = parser.add_argument_group("horovod")
+    horovod.add_argument("--fp16-allreduce", action="store_true",
+                         help="compress gradients to float16 for the allreduce")
+    horovod.add_argument("--use-adasum", action="store_true",
+                         help="combine gradients with Adasum instead of averaging")
+    horovod.add_argument("--backward-passes-per-step", type=positive_int, default=1,
+                         help="accumulate this many batches locally per allreduce")
+
+    outputs = parser.add_argument_group("outputs")
+    outputs.add_argument("--log-dir", type=Path, default=Path("runs") / prog.removesuffix(".py"),
+                         help="metrics.jsonl, TensorBoard events and summary.json go here")
+    outputs.add_argument("--checkpoint-dir", type=Path, default=None,
+                         help="where rank 0 writes a checkpoint after each epoch "
+                              "(default: LOG_DIR/checkpoints)")
+    outputs.add_argument("--resume", action="store_true",
+                         help="continue from the checkpoint in CHECKPOINT_DIR if there is one")
+    outputs.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return parser
+
+
+def finish(args: argparse.Namespace) -> argparse.Namespace:
+    """Fill in the defaults that depend on other options."""
+    if args.checkpoint_dir is None:
+        args.checkpoint_dir = args.log_dir / "checkpoints"
+    return args

@@ -1,0 +1,47 @@
+"""Train MNIST with PyTorch and Horovod.
+
+    horovodrun -np 4 -H a:2,b:2 python horovod_train/pytorch_mnist.py --data-dir data
+
+Every rank runs this file; rank 0 prints, writes metrics, TensorBoard logs,
+checkpoints and summary.json under --log-dir.
+"""
+
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):
+    # Run as a file: import the package from the checkout, not from this
+    # directory (whose module names would shadow installed packages).
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+
+from horovod_train import options  # noqa: E402
+from horovod_train.errors import run_main  # noqa: E402
+from horovod_train.models import MODELS  # noqa: E402
+
+
+def parse_args(argv: list[str]):
+    parser = options.base_parser("pytorch_mnist.py", "Train MNIST with PyTorch and Horovod.")
+    torch_options = parser.add_argument_group("pytorch")
+    torch_options.add_argument("--model", choices=sorted(MODELS), default="mnist_cnn")
+    torch_options.add_argument("--sync-bn", action="store_true",
+                               help="batch-norm statistics over all ranks (hvd.SyncBatchNorm)")
+    torch_options.add_argument("--no-cuda", action="store_true", help="train on the CPU")
+    torch_options.add_argument("--threads", type=options.positive_int, default=None,
+                               help="CPU threads per rank "
+                                    "(default: the host's cores / ranks on it)")
+    torch_options.add_argument("--num-workers", type=options.non_negative_int, default=None,
+                               help="DataLoader worker processes (default: 2 on GPU, 0 on CPU)")
+    return options.finish(parser.parse_args(argv))
+
+
+def main() -> int:
+    args = parse_args(sys.argv[1:])
+    # Imported after parsing, so --help and option errors answer at once.
+    from horovod_train import train_torch
+
+    train_torch.run(args)
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)
