@@ -1,0 +1,102 @@
+"""Shared fixtures: the real MNIST digits, the emulated cluster, and a helper
+that runs horovodrun for real and reads the trainer's summary."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from horovod_train import mnist
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent  # the venv running the tests: horovodrun lives here
+TRAINER = "horovod_train/pytorch_mnist.py"
+EMULATE = REPO / "scripts" / "emulate_cluster.sh"
+# The 10,000 real MNIST test digits: beside the checkout, or where MNIST_T10K_DIR says.
+T10K_DIR = Path(os.environ.get("MNIST_T10K_DIR",
+                               REPO.parent / "shared" / "datasets" / "mnist-t10k"))
+
+
+@pytest.fixture(scope="session")
+def t10k_dir() -> Path:
+    if not (T10K_DIR / "t10k-images-idx3-ubyte.gz").is_file():
+        pytest.skip(f"the real MNIST test digits are not at {T10K_DIR} (set MNIST_T10K_DIR)")
+    return T10K_DIR
+
+
+@pytest.fixture(scope="session")
+def mnist_dir(t10k_dir, tmp_path_factory) -> Path:
+    """Real digits in the torchvision layout: first 8,000 train, last 2,000 test."""
+    data_dir = tmp_path_factory.mktemp("mnist")
+    mnist.write_subset(t10k_dir, data_dir, 8000, 2000)
+    return data_dir
+
+
+def cluster_skip_reason() -> str | None:
+    if os.geteuid() != 0:
+        return "the emulated cluster needs root (network namespaces)"
+    for tool in ("ip", "nsenter", "unshare"):
+        if shutil.which(tool) is None:
+            return f"the emulated cluster needs {tool}"
+    if not Path("/usr/sbin/sshd").exists():
+        return "the emulated cluster needs sshd (openssh-server)"
+    probe = subprocess.run(["ip", "netns", "add", "hvt-probe"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        return f"network namespaces unavailable: {probe.stderr.strip()}"
+    subprocess.run(["ip", "netns", "del", "hvt-probe"], capture_output=True)
+    return None
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    """Hosts a and b (network namespaces, sshd on 12345), removed afterwards
+    even when tests fail."""
+    reason = cluster_skip_reason()
+    if reason:
+        pytest.skip(reason)
+    up = subprocess.run([str(EMULATE), "up"], capture_output=True, text=True, timeout=120)
+    assert up.returncode == 0, up.stderr
+    try:
+        state = Path(os.environ.get("EMULATE_STATE_DIR", "/run/horovod-train-cluster"))
+        yield json.loads((state / "cluster.json").read_text())
+    finally:
+        subprocess.run([str(EMULATE), "down"], capture_output=True, timeout=120)
+
+
+def on_host(host: str, command: list[str]) -> list[str]:
+    return [str(EMULATE), "exec", host, "--", *command]
+
+
+@dataclass
+class Run:
+    returncode: int
+    output: str
+    log_dir: Path
+
+    @property
+    def summary(self) -> dict:
+        return json.loads((self.log_dir / "summary.json").read_text())
+
+    @property
+    def epochs(self) -> list[dict]:
+        lines = (self.log_dir / "metrics.jsonl").read_text().splitlines()
+        return [json.loads(line) for line in lines]
+
+
+def horovodrun(launch: list[str], trainer_args: list[str], log_dir: Path, host: str | None = None,
+               timeout: int = 400) -> Run:
+    """horovodrun LAUNCH python TRAINER --log-dir LOG_DIR TRAINER_ARGS, from the
+    checkout, on the machine itself or inside emulated host `host`."""
+    command = [str(BIN / "horovodrun"), *launch, str(BIN / "python"), TRAINER,
+               "--log-dir", str(log_dir), "--no-progress", *trainer_args]
+    if host:
+        command = on_host(host, command)
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
+                            timeout=timeout)
+    return Run(result.returncode, result.stdout + result.stderr, log_dir)

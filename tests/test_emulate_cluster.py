@@ -1,0 +1,89 @@
+"""The emulated cluster: hosts a and b with their own names and addresses,
+sshd on 12345 taking the cluster's key only, and a `down` that leaves
+nothing behind."""
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import EMULATE, on_host
+
+pytestmark = pytest.mark.cluster
+
+
+def on(host: str, *command: str, timeout: int = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(on_host(host, list(command)), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_each_host_has_its_own_name_resolving_to_its_address(cluster):
+    for host, address in cluster["hosts"].items():
+        assert on(host, "hostname").stdout.strip() == host
+        for other, other_address in cluster["hosts"].items():
+            resolved = on(host, "getent", "hosts", other).stdout.split()
+            assert resolved[0] == other_address
+        assert address in on(host, "ip", "-brief", "addr", "show", "eth0").stdout
+
+
+def test_hosts_reach_each_other_by_ssh_with_the_cluster_key(cluster):
+    assert on("a", "ssh", "b", "hostname").stdout.strip() == "b"
+    assert on("b", "ssh", "a", "hostname").stdout.strip() == "a"
+
+
+def test_hosts_reach_only_the_cluster_network(cluster):
+    routes = on("a", "ip", "route").stdout
+    assert "default" not in routes
+    assert routes.strip().startswith(cluster["bridge_address"].rsplit(".", 1)[0] + ".0/24")
+
+
+def test_password_login_is_refused(cluster):
+    result = on("a", "ssh", "-o", "PubkeyAuthentication=no",
+                "-o", "PreferredAuthentications=password,keyboard-interactive", "b", "true")
+    assert result.returncode == 255
+    assert "Permission denied (publickey)" in result.stderr
+
+
+def test_a_key_that_is_not_the_clusters_is_refused(cluster, tmp_path):
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "k")],
+                   check=True)
+    result = on("a", "ssh", "-i", str(tmp_path / "k"), "-o", "IdentitiesOnly=yes",
+                "-o", f"IdentityFile={tmp_path / 'k'}", "-F", "none", "-p", "12345",
+                "-o", "UserKnownHostsFile=/etc/ssh/ssh_known_hosts", "-o", "BatchMode=yes",
+                "root@b", "true")
+    assert result.returncode == 255
+    assert "Permission denied" in result.stderr
+
+
+def test_host_keys_differ_between_hosts(cluster):
+    keys = {host: on(host, "cat", "/etc/ssh/ssh_host_ed25519_key.pub").stdout.split()[1]
+            for host in cluster["hosts"]}
+    assert len(set(keys.values())) == len(keys)
+
+
+def test_cluster_private_key_is_readable_by_root_only(cluster):
+    key = Path(cluster["state_dir"]) / "keys" / "id_ed25519"
+    assert key.stat().st_mode & 0o777 == 0o600
+    assert (key.parent.stat().st_mode & 0o777) == 0o700
+
+
+def test_down_removes_everything_and_up_restores(cluster):
+    down = subprocess.run([str(EMULATE), "down"], capture_output=True, text=True, timeout=120)
+    assert down.returncode == 0, down.stderr
+    assert "hvt-" not in subprocess.run(["ip", "netns", "list"], capture_output=True,
+                                        text=True).stdout
+    assert subprocess.run(["ip", "link", "show", cluster["bridge"]],
+                          capture_output=True).returncode != 0
+    assert not Path(cluster["state_dir"]).exists()
+    again = subprocess.run([str(EMULATE), "down"], capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0  # nothing left to remove is not an error
+
+    up = subprocess.run([str(EMULATE), "up"], capture_output=True, text=True, timeout=120)
+    assert up.returncode == 0, up.stderr
+    assert on("a", "ssh", "b", "hostname").stdout.strip() == "b"
+
+
+def test_exec_on_an_unknown_host_is_one_line(cluster):
+    result = subprocess.run([str(EMULATE), "exec", "z", "--", "true"], capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 1
+    assert result.stderr.strip() == "emulate_cluster: error: no host 'z'; hosts are a, b"

@@ -1,0 +1,173 @@
+"""The PyTorch trainer, run for real under horovodrun: on this machine with
+Gloo and MPI, across the emulated hosts a and b with the mission command,
+and interrupted then resumed."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import BIN, REPO, TRAINER, horovodrun
+
+pytestmark = pytest.mark.slow
+EPOCHS = ["--epochs", "3"]
+
+
+def assert_trained(run, size: int, controller: str, hosts: dict):
+    assert run.returncode == 0, run.output[-3000:]
+    summary = run.summary
+    assert summary["size"] == size
+    assert summary["controller"] == controller
+    assert summary["hosts"] == hosts
+    assert sorted(r["rank"] for r in summary["ranks"]) == list(range(size))
+    assert summary["weights_identical"] is True
+    assert len(set(summary["rank_digests"])) == 1
+    assert summary["test_accuracy"] >= 0.95, summary["test_accuracy"]
+    # Totals are the sums of the ranks' figures.
+    assert summary["images_per_sec"] == pytest.approx(
+        sum(r["images_per_sec"] for r in summary["ranks"]))
+    assert all(r["images_per_sec"] > 0 for r in summary["ranks"])
+    assert "weights identical on all ranks: yes" in run.output
+    return summary
+
+
+@pytest.mark.parametrize("controller", ["gloo", "mpi"])
+def test_two_ranks_on_this_machine_reach_95_percent(controller, mnist_dir, tmp_path):
+    run = horovodrun(["-np", "2", "-H", "localhost:2", f"--{controller}"],
+                     ["--data-dir", str(mnist_dir), "--no-download", *EPOCHS], tmp_path / "run")
+    assert_trained(run, 2, controller, {run.summary["ranks"][0]["host"]: 2})
+    epochs = run.epochs
+    assert [e["epoch"] for e in epochs] == [1, 2, 3]
+    assert epochs[-1]["test_accuracy"] == run.summary["test_accuracy"]
+    assert (tmp_path / "run" / "checkpoints" / "checkpoint.pt").is_file()
+    assert list((tmp_path / "run" / "tensorboard").glob("events.out.tfevents.*"))
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("controller", ["gloo", "mpi"])
+def test_mission_command_across_two_hosts(controller, cluster, mnist_dir, tmp_path):
+    """horovodrun -np 4 -H a:2,b:2 -p 12345 python horovod_train/pytorch_mnist.py,
+    launched from host a as a user would."""
+    run = horovodrun(["-np", "4", "-H", "a:2,b:2", "-p", "12345", f"--{controller}"],
+                     ["--data-dir", str(mnist_dir), "--no-download", *EPOCHS],
+                     tmp_path / "run", host="a")
+    summary = assert_trained(run, 4, controller, {"a": 2, "b": 2})
+    assert {r["host"] for r in summary["ranks"] if r["local_rank"] == 1} == {"a", "b"}
+
+
+def test_resume_continues_and_ends_like_an_uninterrupted_run(mnist_dir, tmp_path):
+    common = ["-np", "2", "-H", "localhost:2", "--gloo"]
+    data = ["--data-dir", str(mnist_dir), "--no-download"]
+    whole = horovodrun(common, [*data, "--epochs", "2"], tmp_path / "whole")
+    assert whole.returncode == 0, whole.output[-3000:]
+
+    first = horovodrun(common, [*data, "--epochs", "1"], tmp_path / "parts")
+    assert first.returncode == 0, first.output[-3000:]
+    second = horovodrun(common, [*data, "--epochs", "2", "--resume"], tmp_path / "parts")
+    assert second.returncode == 0, second.output[-3000:]
+    assert "resuming after epoch 1" in second.output
+    assert second.summary["resumed_after_epoch"] == 1
+    assert [e["epoch"] for e in second.epochs] == [1, 2]
+    # Same data order, dropout draws, momentum and schedule: the same weights.
+    assert second.summary["weights_digest"] == whole.summary["weights_digest"]
+
+
+def test_resume_refuses_a_checkpoint_of_another_model(mnist_dir, tmp_path):
+    common = ["-np", "2", "-H", "localhost:2", "--gloo"]
+    data = ["--data-dir", str(mnist_dir), "--no-download", "--epochs", "1"]
+    first = horovodrun(common, data, tmp_path / "run")
+    assert first.returncode == 0, first.output[-3000:]
+    second = horovodrun(common, [*data, "--resume", "--model", "horovod_example"],
+                        tmp_path / "run")
+    assert second.returncode != 0
+    assert "holds model 'mnist_cnn', this run trains 'horovod_example'" in second.output
+
+
+def test_horovod_options_train(mnist_dir, tmp_path):
+    """fp16 compression, gradient accumulation and Adasum run and still learn."""
+    run = horovodrun(["-np", "2", "-H", "localhost:2", "--gloo"],
+                     ["--data-dir", str(mnist_dir), "--no-download", "--epochs", "2",
+                      "--fp16-allreduce", "--backward-passes-per-step", "2"],
+                     tmp_path / "run")
+    assert run.returncode == 0, run.output[-3000:]
+    assert run.summary["weights_identical"] and run.summary["test_accuracy"] >= 0.9
+    adasum = horovodrun(["-np", "2", "-H", "localhost:2", "--mpi"],
+                        ["--data-dir", str(mnist_dir), "--no-download", "--epochs", "1",
+                         "--use-adasum"], tmp_path / "adasum")
+    assert adasum.returncode == 0, adasum.output[-3000:]
+    assert adasum.summary["weights_identical"] and adasum.summary["test_accuracy"] >= 0.9
+
+
+def run_trainer(*args: str, timeout: int = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "python"), TRAINER, *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_help_documents_every_option():
+    result = run_trainer("--help")
+    assert result.returncode == 0
+    for option in ["--data-dir", "--no-download", "--epochs", "--batch-size", "--lr",
+                   "--warmup-epochs", "--seed", "--fp16-allreduce", "--use-adasum",
+                   "--backward-passes-per-step", "--sync-bn", "--log-dir", "--checkpoint-dir",
+                   "--resume", "--model", "--no-cuda", "--threads"]:
+        assert option in result.stdout, option
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--epochs", "0"], "argument --epochs: 0 must be >= 1"),
+    (["--batch-size", "ten"], "argument --batch-size: 'ten' is not an integer"),
+    (["--lr", "-1"], "argument --lr: -1 must be > 0.0"),
+    (["--model", "resnet"], "argument --model: invalid choice: 'resnet'"),
+    (["--frobnicate"], "unrecognized arguments: --frobnicate"),
+])
+def test_bad_options_fail_with_a_clear_message(args, message):
+    result = run_trainer(*args)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_missing_data_offline_is_one_line_naming_the_files(tmp_path):
+    result = run_trainer("--data-dir", str(tmp_path / "none"), "--no-download",
+                         "--log-dir", str(tmp_path / "run"))
+    assert result.returncode == 2
+    errors = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1
+    assert "MNIST files missing" in errors[0] and "t10k-images-idx3-ubyte" in errors[0]
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "run" / "summary.json").exists()
+
+
+def test_adasum_with_gloo_says_it_needs_mpi(mnist_dir, tmp_path):
+    run = horovodrun(["-np", "2", "-H", "localhost:2", "--gloo"],
+                     ["--data-dir", str(mnist_dir), "--no-download", "--use-adasum"],
+                     tmp_path / "run")
+    assert run.returncode != 0
+    assert "--use-adasum needs the MPI controller" in run.output
+
+
+def test_sync_bn_on_cpu_says_it_needs_gpus(mnist_dir, tmp_path):
+    result = run_trainer("--data-dir", str(mnist_dir), "--sync-bn", "--no-cuda",
+                         "--log-dir", str(tmp_path / "run"))
+    assert result.returncode == 2
+    assert "--sync-bn needs GPUs" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_unwritable_log_dir_is_one_line(mnist_dir, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    result = run_trainer("--data-dir", str(mnist_dir), "--log-dir", str(blocker / "run"))
+    assert result.returncode == 2
+    assert f"cannot create {blocker / 'run'}" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_summary_is_valid_json_with_the_run_figures(mnist_dir, tmp_path):
+    result = run_trainer("--data-dir", str(mnist_dir), "--epochs", "1", "--no-progress",
+                         "--log-dir", str(tmp_path / "run"), timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["size"] == 1 and summary["epochs"] == 1
+    for key in ("test_accuracy", "images_per_sec", "wall_time_s", "train_time_s"):
+        assert summary[key] > 0, key
+    assert sys.executable  # the trainer ran in the same environment as the tests
