@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from horovod_train.array_checkpoint import check_shapes
 from horovod_train.atomic import atomic_output
 from horovod_train.errors import UserError
 
@@ -73,20 +74,8 @@ def restore(
 
 
 def check_fits(path: str | os.PathLike, saved: dict, model: nn.Module) -> None:
-    """Name every tensor that is missing, unexpected or of another shape."""
-    current = model.state_dict()
-    problems = [f"missing {k}" for k in current if k not in saved]
-    problems += [f"unexpected {k}" for k in saved if k not in current]
-    problems += [
-        f"{k} is {tuple(saved[k].shape)} not {tuple(v.shape)}"
-        for k, v in current.items()
-        if k in saved and tuple(saved[k].shape) != tuple(v.shape)
-    ]
-    if problems:
-        shown = ", ".join(problems[:4])
-        if len(problems) > 4:
-            shown += f" and {len(problems) - 4} more"
-        raise UserError(f"{path} does not fit this model: {shown}")
+    check_shapes(path, {k: tuple(v.shape) for k, v in saved.items()},
+                 {k: tuple(v.shape) for k, v in model.state_dict().items()})
 
 
 def resume(

@@ -1,14 +1,17 @@
-"""Horovod set-up for a PyTorch process, and the cross-rank checks."""
+"""What every trainer does with Horovod, whatever the framework: describe the
+process, share CPU cores, stop all ranks together on a user error, and
+fingerprint the weights. `hvd` is the framework's Horovod module
+(horovod.torch, horovod.tensorflow or horovod.mxnet); all share this API."""
 
 import hashlib
 import os
 import socket
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-import horovod.torch as hvd
-import torch
-from torch import nn
+import numpy as np
 
+from horovod_train import metrics, mnist
 from horovod_train.errors import UserError
 
 
@@ -18,7 +21,7 @@ class Runtime:
     size: int
     local_rank: int
     local_size: int
-    device: torch.device
+    device: str  # "cpu" or "cuda:N" / "gpu:N"
     controller: str  # "gloo" or "mpi"
     hostname: str
     threads: int
@@ -28,59 +31,29 @@ class Runtime:
         return self.rank == 0
 
 
-def init(use_cuda: bool, threads: int | None, seed: int) -> Runtime:
-    """hvd.init(), one device per local rank, CPU threads shared out among the
-    ranks of a host, and the same seed everywhere so every rank builds the
-    same initial model (rank 0's is broadcast anyway)."""
-    hvd.init()
-    if use_cuda and torch.cuda.is_available():
-        index = hvd.local_rank() % torch.cuda.device_count()
-        torch.cuda.set_device(index)
-        device = torch.device("cuda", index)
-    else:
-        device = torch.device("cpu")
-    # Ranks on one host share its cores; oversubscribed threads thrash.
-    cores = len(os.sched_getaffinity(0))
-    threads = threads or max(1, cores // hvd.local_size())
-    torch.set_num_threads(threads)
-    torch.manual_seed(seed)
+def threads_per_rank(local_size: int, requested: int | None) -> int:
+    """Ranks on one host share its cores; oversubscribed threads thrash."""
+    return requested or max(1, len(os.sched_getaffinity(0)) // local_size)
+
+
+def threads_before_init(requested: int | None) -> int:
+    """threads_per_rank before Horovod is up: horovodrun (Gloo) and mpirun
+    (MPI) both tell each process how many ranks share its host."""
+    local_size = int(os.environ.get("HOROVOD_LOCAL_SIZE")
+                     or os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE") or 1)
+    return threads_per_rank(local_size, requested)
+
+
+def describe(hvd, device: str, threads: int) -> Runtime:
     return Runtime(
-        rank=hvd.rank(),
-        size=hvd.size(),
-        local_rank=hvd.local_rank(),
-        local_size=hvd.local_size(),
-        device=device,
+        rank=hvd.rank(), size=hvd.size(), local_rank=hvd.local_rank(),
+        local_size=hvd.local_size(), device=device,
         controller="gloo" if hvd.gloo_enabled() else "mpi",
-        hostname=socket.gethostname(),
-        threads=threads,
+        hostname=socket.gethostname(), threads=threads,
     )
 
 
-def sum_across_ranks(values: list[float], name: str) -> list[float]:
-    summed = hvd.allreduce(torch.tensor(values, dtype=torch.float64), op=hvd.Sum, name=name)
-    return summed.tolist()
-
-
-def average_buffers(model: nn.Module) -> None:
-    """Average floating-point buffers (batch-norm running statistics) across
-    ranks. Horovod averages gradients only, so without this every rank keeps
-    its own statistics and evaluates a slightly different model."""
-    for name, buf in model.named_buffers():
-        if buf.is_floating_point():
-            buf.copy_(hvd.allreduce(buf, op=hvd.Average, name=f"buffer.{name}"))
-
-
-def state_digest(model: nn.Module) -> str:
-    """SHA-256 over every parameter and buffer, in state_dict order."""
-    digest = hashlib.sha256()
-    for key, tensor in model.state_dict().items():
-        digest.update(key.encode())
-        # Raw bytes, whatever the dtype (bf16 has no numpy twin).
-        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
-    return digest.hexdigest()
-
-
-def check_all_ranks(step, name: str):
+def check_all_ranks(hvd, step, name: str):
     """Run `step` on every rank and stop every rank if any of them failed.
 
     A UserError on one rank alone (data missing on one host, an unwritable
@@ -95,3 +68,35 @@ def check_all_ranks(step, name: str):
     if errors:
         raise UserError(errors[0] if error is None else error)
     return result
+
+
+def prepare_run(hvd, rt: Runtime, args) -> tuple:
+    """Rank 0 makes the output directories, every rank reads MNIST (the train
+    and test splits); a failure anywhere stops all ranks."""
+    check_all_ranks(hvd, lambda: rt.is_root and metrics.prepare_output_dirs(
+        args.log_dir, args.checkpoint_dir), "dirs")
+    return check_all_ranks(
+        hvd, lambda: mnist.load_train_test(args.data_dir, download=not args.no_download), "data")
+
+
+def resume_on_root(hvd, rt: Runtime, restore) -> int:
+    """Rank 0 runs restore() (which loads its checkpoint, if any, into its
+    model and returns the epochs done); every rank learns the count, or the
+    error. The caller then broadcasts rank 0's state."""
+    epochs_done = check_all_ranks(hvd, lambda: restore() if rt.is_root else 0, "resume")
+    return hvd.broadcast_object(epochs_done, root_rank=0, name="epochs_done")
+
+
+def check_controller(use_adasum: bool, controller: str, framework: str) -> None:
+    if use_adasum and controller != "mpi":
+        raise UserError("--use-adasum needs the MPI controller (horovodrun --mpi): "
+                        f"Horovod implements Adasum over MPI only ({framework})")
+
+
+def digest(named_arrays: Iterable[tuple[str, np.ndarray]]) -> str:
+    """SHA-256 over names and raw bytes of the weights, in the given order."""
+    sha = hashlib.sha256()
+    for name, array in named_arrays:
+        sha.update(name.encode())
+        sha.update(np.ascontiguousarray(array).tobytes())
+    return sha.hexdigest()

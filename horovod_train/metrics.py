@@ -1,14 +1,20 @@
 """What rank 0 reports: a progress bar, one JSON line and TensorBoard scalars
 per epoch, and a summary of the whole run."""
 
+import collections
 import json
 import os
+import socket
 import sys
+import time
 from pathlib import Path
 
+from tensorboard.compat.proto import event_pb2, summary_pb2
+from tensorboard.summary.writer.record_writer import RecordWriter
 from tqdm import tqdm
 
 from horovod_train.atomic import atomic_write_bytes
+from horovod_train.errors import UserError
 
 METRICS_NAME = "metrics.jsonl"
 SUMMARY_NAME = "summary.json"
@@ -21,22 +27,44 @@ def progress(total: int, description: str, enabled: bool) -> tqdm:
                 file=sys.stderr, mininterval=1.0, dynamic_ncols=False, ncols=100)
 
 
+class TensorBoardScalars:
+    """Scalars in a TensorBoard event file, written with the tensorboard
+    package alone: no framework's writer, since importing PyTorch into an
+    MXNet process crashes it."""
+
+    def __init__(self, log_dir: Path):
+        log_dir.mkdir(parents=True, exist_ok=True)
+        name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}"
+        self.file = open(log_dir / name, "wb")  # noqa: SIM115 - closed by close()
+        self.records = RecordWriter(self.file)
+        self._write(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2"))
+
+    def add_scalar(self, tag: str, value: float, step: int) -> None:
+        summary = summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=tag,
+                                                                       simple_value=value)])
+        self._write(event_pb2.Event(wall_time=time.time(), step=step, summary=summary))
+
+    def _write(self, event) -> None:
+        self.records.write(event.SerializeToString())
+
+    def flush(self) -> None:
+        self.file.flush()
+
+    def close(self) -> None:
+        self.file.close()
+
+
 class MetricsLog:
     """Per-epoch metrics as JSON lines and TensorBoard scalars. Only rank 0
     makes one; the others pass enabled=False and it does nothing."""
 
     def __init__(self, log_dir: str | os.PathLike, enabled: bool, append: bool):
         self.enabled = enabled
-        self.jsonl = None
-        self.tensorboard = None
         if not enabled:
             return
         log_dir = Path(log_dir)
         self.jsonl = open(log_dir / METRICS_NAME, "a" if append else "w")  # noqa: SIM115
-        # Imported here: TensorBoard's writer is slow to import and rank 0 alone needs it.
-        from torch.utils.tensorboard import SummaryWriter
-
-        self.tensorboard = SummaryWriter(str(log_dir / "tensorboard"))
+        self.tensorboard = TensorBoardScalars(log_dir / "tensorboard")
 
     def log_epoch(self, record: dict) -> None:
         if not self.enabled:
@@ -52,6 +80,106 @@ class MetricsLog:
         if self.enabled:
             self.jsonl.close()
             self.tensorboard.close()
+
+
+def prepare_output_dirs(log_dir: Path, checkpoint_dir: Path) -> None:
+    """Create the output directories (rank 0 calls this) or say why not."""
+    for directory in (log_dir, checkpoint_dir):
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise UserError(f"cannot create {directory}: {err.strerror}") from None
+        if not os.access(directory, os.W_OK | os.X_OK):
+            raise UserError(f"{directory} is not writable")
+
+
+def announce(rt, framework: str, model: str, n_train: int, n_test: int, lr: float,
+             scale: float, epochs_done: int) -> None:
+    if rt.is_root:
+        print(f"training {framework} {model} on {n_train} images, testing on {n_test}, "
+              f"{rt.size} ranks ({rt.controller}), {rt.device}, {rt.threads} threads per rank, "
+              f"lr {lr} x {scale:g}"
+              + (f", resuming after epoch {epochs_done}" if epochs_done else ""), flush=True)
+
+
+def warn_if_replacing(rt, path: Path, resume: bool) -> None:
+    if rt.is_root and not resume and path.exists():
+        print(f"note: starting over; {path} will be replaced (pass --resume to continue "
+              "from it)", flush=True)
+
+
+def epoch_record(epoch: int, lr: float, train_sums: list[float], test_metrics: dict,
+                 epoch_seconds: float) -> dict:
+    """One epoch's line: train_sums are (loss sum, correct, count, images/s)
+    summed over all ranks."""
+    loss_sum, correct, count, rate = train_sums
+    return {
+        "epoch": epoch,
+        "lr": lr,
+        "train_loss": loss_sum / count,
+        "train_accuracy": correct / count,
+        **test_metrics,
+        "images_per_sec": rate,
+        "epoch_time_s": epoch_seconds,
+    }
+
+
+def format_epoch(record: dict) -> str:
+    return (f"epoch {record['epoch']}: train loss {record['train_loss']:.4f} "
+            f"acc {record['train_accuracy']:.4f} | test loss {record['test_loss']:.4f} "
+            f"acc {record['test_accuracy']:.4f} | {record['images_per_sec']:.0f} images/s")
+
+
+def rank_figures(runtime, images: int, train_seconds: float, digest: str) -> dict:
+    """What each rank contributes to the summary (gathered with allgather_object)."""
+    return {
+        "rank": runtime.rank,
+        "host": runtime.hostname,
+        "local_rank": runtime.local_rank,
+        "images": images,
+        "train_time_s": train_seconds,
+        "images_per_sec": images / train_seconds if train_seconds else 0.0,
+        "digest": digest,
+    }
+
+
+def build_summary(framework: str, model: str, runtime, ranks: list[dict], test_metrics: dict,
+                  epochs: int, epochs_done: int, wall_seconds: float, options) -> dict:
+    """The run's summary from every rank's figures; totals are sums over ranks."""
+    ranks = [dict(r) for r in ranks]
+    digests = [r.pop("digest") for r in ranks]
+    return {
+        "framework": framework,
+        "model": model,
+        "size": runtime.size,
+        "controller": runtime.controller,
+        "device": runtime.device,
+        "hosts": dict(collections.Counter(r["host"] for r in ranks)),
+        "ranks": ranks,
+        "images_per_sec": sum(r["images_per_sec"] for r in ranks),
+        "epochs": epochs,
+        "resumed_after_epoch": epochs_done,
+        **test_metrics,
+        "train_time_s": max(r["train_time_s"] for r in ranks),
+        "wall_time_s": wall_seconds,
+        "weights_identical": len(set(digests)) == 1,
+        "weights_digest": digests[0],
+        "rank_digests": digests,
+        "options": {k: str(v) if isinstance(v, os.PathLike) else v
+                    for k, v in vars(options).items()},
+    }
+
+
+def finish_run(runtime, log_dir, summary: dict) -> dict:
+    """Rank 0 writes and prints the summary; every rank fails if the ranks
+    ended with different weights."""
+    if runtime.is_root:
+        write_summary(log_dir, summary)
+        print(format_summary(summary), flush=True)
+    if not summary["weights_identical"]:
+        raise UserError("ranks ended with different weights: "
+                        + ", ".join(sorted(set(summary["rank_digests"]))))
+    return summary
 
 
 def write_summary(log_dir: str | os.PathLike, summary: dict) -> Path:

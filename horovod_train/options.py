@@ -55,8 +55,11 @@ def base_parser(prog: str, description: str) -> argparse.ArgumentParser:
                          help="compress gradients to float16 for the allreduce")
     horovod.add_argument("--use-adasum", action="store_true",
                          help="combine gradients with Adasum instead of averaging")
-    horovod.add_argument("--backward-passes-per-step", type=positive_int, default=1,
-                         help="accumulate this many batches locally per allreduce")
+
+    device = parser.add_argument_group("device")
+    device.add_argument("--no-cuda", action="store_true", help="train on the CPU")
+    device.add_argument("--threads", type=positive_int, default=None,
+                        help="CPU threads per rank (default: the host's cores / ranks on it)")
 
     outputs = parser.add_argument_group("outputs")
     outputs.add_argument("--log-dir", type=Path, default=Path("runs") / prog.removesuffix(".py"),

@@ -23,12 +23,10 @@ def parse_args(argv: list[str]):
     parser = options.base_parser("pytorch_mnist.py", "Train MNIST with PyTorch and Horovod.")
     torch_options = parser.add_argument_group("pytorch")
     torch_options.add_argument("--model", choices=sorted(MODELS), default="mnist_cnn")
+    torch_options.add_argument("--backward-passes-per-step", type=options.positive_int,
+                               default=1, help="accumulate this many batches locally per allreduce")
     torch_options.add_argument("--sync-bn", action="store_true",
                                help="batch-norm statistics over all ranks (hvd.SyncBatchNorm)")
-    torch_options.add_argument("--no-cuda", action="store_true", help="train on the CPU")
-    torch_options.add_argument("--threads", type=options.positive_int, default=None,
-                               help="CPU threads per rank "
-                                    "(default: the host's cores / ranks on it)")
     torch_options.add_argument("--num-workers", type=options.non_negative_int, default=None,
                                help="DataLoader worker processes (default: 2 on GPU, 0 on CPU)")
     return options.finish(parser.parse_args(argv))

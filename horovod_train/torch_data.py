@@ -4,7 +4,7 @@ item on the fly; each rank reads its shard through a DistributedSampler."""
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-from horovod_train import mnist
+from horovod_train import mnist, sharding
 
 
 class MnistTensors(Dataset):
@@ -41,5 +41,5 @@ def train_loader(
 def test_loader(dataset: Dataset, batch_size: int, rank: int, size: int) -> DataLoader:
     """Every rank evaluates a disjoint slice, no padding, so summing the
     counts across ranks gives the exact accuracy on the whole test set."""
-    shard = torch.utils.data.Subset(dataset, range(rank, len(dataset), size))
+    shard = torch.utils.data.Subset(dataset, sharding.eval_indices(len(dataset), rank, size))
     return DataLoader(shard, batch_size=batch_size, shuffle=False)

@@ -3,30 +3,56 @@ checkpoints and the closing summary. Every rank runs all of it; only rank 0
 writes files and prints."""
 
 import argparse
-import collections
 import contextlib
 import math
-import os
 import time
 
 import horovod.torch as hvd
 import torch
 import torch.nn.functional as F
+from torch import nn
 
-from horovod_train import checkpoint, distributed, lr_schedule, mnist, torch_data
+from horovod_train import checkpoint, distributed, lr_schedule, metrics, torch_data
 from horovod_train.errors import UserError
-from horovod_train.metrics import MetricsLog, format_summary, progress, write_summary
 from horovod_train.models import build_model, convert_sync_batchnorm
 
 
-def prepare_output_dirs(log_dir, checkpoint_dir) -> None:
-    for directory in (log_dir, checkpoint_dir):
-        try:
-            directory.mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            raise UserError(f"cannot create {directory}: {err.strerror}") from None
-        if not os.access(directory, os.W_OK | os.X_OK):
-            raise UserError(f"{directory} is not writable")
+def init(use_cuda: bool, threads: int | None, seed: int) -> tuple[distributed.Runtime,
+                                                                   torch.device]:
+    """hvd.init(), one GPU per local rank (or the CPU), CPU threads shared out
+    among the ranks of a host, and the same seed everywhere so every rank
+    builds the same initial model (rank 0's is broadcast anyway)."""
+    hvd.init()
+    if use_cuda and torch.cuda.is_available():
+        device = torch.device("cuda", hvd.local_rank() % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    threads = distributed.threads_per_rank(hvd.local_size(), threads)
+    torch.set_num_threads(threads)
+    torch.manual_seed(seed)
+    return distributed.describe(hvd, str(device), threads), device
+
+
+def sum_across_ranks(values: list[float], name: str) -> list[float]:
+    summed = hvd.allreduce(torch.tensor(values, dtype=torch.float64), op=hvd.Sum, name=name)
+    return summed.tolist()
+
+
+def average_buffers(model: nn.Module) -> None:
+    """Average floating-point buffers (batch-norm running statistics) across
+    ranks. Horovod averages gradients only, so without this every rank keeps
+    its own statistics and evaluates a slightly different model."""
+    for name, buf in model.named_buffers():
+        if buf.is_floating_point():
+            buf.copy_(hvd.allreduce(buf, op=hvd.Average, name=f"buffer.{name}"))
+
+
+def state_digest(model: nn.Module) -> str:
+    # Raw bytes whatever the dtype (bf16 has no numpy twin).
+    return distributed.digest(
+        (key, t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
+        for key, t in model.state_dict().items())
 
 
 def amp_settings(device: torch.device) -> tuple[torch.dtype | None, bool]:
@@ -41,20 +67,14 @@ def amp_settings(device: torch.device) -> tuple[torch.dtype | None, bool]:
 
 def run(args: argparse.Namespace) -> dict:
     started = time.perf_counter()
-    rt = distributed.init(use_cuda=not args.no_cuda, threads=args.threads, seed=args.seed)
+    rt, device = init(use_cuda=not args.no_cuda, threads=args.threads, seed=args.seed)
     root = rt.is_root
-
-    def on_root(step):
-        return step() if root else None
-
-    distributed.check_all_ranks(
-        lambda: on_root(lambda: prepare_output_dirs(args.log_dir, args.checkpoint_dir)), "dirs"
-    )
-    train_split, test_split = distributed.check_all_ranks(
-        lambda: mnist.load_train_test(args.data_dir, download=not args.no_download), "data"
-    )
+    on_cuda = device.type == "cuda"
+    distributed.check_controller(args.use_adasum, rt.controller, "pytorch")
+    if args.sync_bn and not on_cuda:
+        raise UserError("--sync-bn needs GPUs: Horovod's SyncBatchNorm works on CUDA tensors only")
+    train_split, test_split = distributed.prepare_run(hvd, rt, args)
     train_set, test_set = torch_data.MnistTensors(train_split), torch_data.MnistTensors(test_split)
-    on_cuda = rt.device.type == "cuda"
     workers = args.num_workers if args.num_workers is not None else (2 if on_cuda else 0)
     loader, sampler = torch_data.train_loader(
         train_set, args.batch_size, rt.rank, rt.size, args.seed, workers, pin_memory=on_cuda
@@ -62,14 +82,9 @@ def run(args: argparse.Namespace) -> dict:
     test_loader = torch_data.test_loader(test_set, args.test_batch_size, rt.rank, rt.size)
 
     model = build_model(args.model)
-    if args.use_adasum and rt.controller != "mpi":
-        raise UserError("--use-adasum needs the MPI controller (horovodrun --mpi): "
-                        "Horovod implements Adasum over MPI only")
-    if args.sync_bn and not on_cuda:
-        raise UserError("--sync-bn needs GPUs: Horovod's SyncBatchNorm works on CUDA tensors only")
     if args.sync_bn:
         model = convert_sync_batchnorm(model, hvd.SyncBatchNorm)
-    model.to(rt.device)
+    model.to(device)
     scale = lr_schedule.lr_scale(rt.size, args.use_adasum, rt.local_size, on_cuda)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
     optimizer = hvd.DistributedOptimizer(
@@ -82,19 +97,14 @@ def run(args: argparse.Namespace) -> dict:
 
     epochs_done = 0
     if args.resume:
-        epochs_done = distributed.check_all_ranks(
-            lambda: on_root(lambda: checkpoint.resume(
-                args.checkpoint_dir, model, optimizer, args.model)), "resume",
-        )
-        epochs_done = hvd.broadcast_object(epochs_done, root_rank=0, name="epochs_done")
-    elif root and checkpoint.checkpoint_path(args.checkpoint_dir).exists():
-        print(f"note: starting over; {checkpoint.checkpoint_path(args.checkpoint_dir)} "
-              "will be replaced (pass --resume to continue from it)", flush=True)
+        epochs_done = distributed.resume_on_root(hvd, rt, lambda: checkpoint.resume(
+            args.checkpoint_dir, model, optimizer, args.model))
+    metrics.warn_if_replacing(rt, checkpoint.checkpoint_path(args.checkpoint_dir), args.resume)
     # Every rank starts from rank 0's weights and optimizer state.
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 
-    amp_dtype, use_scaler = amp_settings(rt.device)
+    amp_dtype, use_scaler = amp_settings(device)
     scaler = torch.amp.GradScaler("cuda", enabled=use_scaler)
     passes = args.backward_passes_per_step
     # Same count on every rank (the sampler pads): whole optimizer steps only.
@@ -104,12 +114,13 @@ def run(args: argparse.Namespace) -> dict:
             f"{len(train_set)} training images over {rt.size} ranks give fewer than "
             f"{passes} batches of {args.batch_size} per rank"
         )
-    log = MetricsLog(args.log_dir, enabled=root, append=epochs_done > 0)
-    if root:
-        print(f"training {args.model} on {len(train_set)} images, testing on {len(test_set)}, "
-              f"{rt.size} ranks ({rt.controller}), {rt.device.type}, "
-              f"{rt.threads} threads per rank, lr {args.lr} x {scale:g}"
-              + (f", resuming after epoch {epochs_done}" if epochs_done else ""), flush=True)
+    log = metrics.MetricsLog(args.log_dir, enabled=root, append=epochs_done > 0)
+    metrics.announce(rt, "pytorch", args.model, len(train_set), len(test_set), args.lr, scale,
+                     epochs_done)
+
+    def lr_at(step: int) -> float:
+        return lr_schedule.learning_rate(step, steps_per_epoch, args.epochs, args.lr, scale,
+                                         args.warmup_epochs)
 
     images_seen, train_seconds = 0, 0.0
     test_metrics = {"test_loss": math.nan, "test_accuracy": math.nan}
@@ -118,88 +129,81 @@ def run(args: argparse.Namespace) -> dict:
         # Dropout draws depend on (seed, epoch, rank) only, so a resumed run
         # repeats what an uninterrupted one would have drawn.
         torch.manual_seed(args.seed * 1_000_003 + epoch * 1009 + rt.rank)
-        model.train()
-        sums = torch.zeros(3, dtype=torch.float64, device=rt.device)  # loss, correct, count
-        bar = progress(steps_per_epoch * passes, f"epoch {epoch + 1}/{args.epochs}",
-                       enabled=root and not args.no_progress)
+        bar = metrics.progress(steps_per_epoch * passes, f"epoch {epoch + 1}/{args.epochs}",
+                               enabled=root and not args.no_progress)
         tic = time.perf_counter()
-        for i, (images, labels) in enumerate(loader):
-            if i >= steps_per_epoch * passes:
-                break
-            step = epoch * steps_per_epoch + i // passes
-            if i % passes == 0:
-                lr = lr_schedule.learning_rate(step, steps_per_epoch, args.epochs, args.lr,
-                                               scale, args.warmup_epochs)
-                for group in optimizer.param_groups:
-                    group["lr"] = lr
-            images = images.to(rt.device, non_blocking=True)
-            labels = labels.to(rt.device, non_blocking=True)
-            autocast = (torch.autocast(rt.device.type, dtype=amp_dtype) if amp_dtype
-                        else contextlib.nullcontext())
-            with autocast:
-                output = model(images)
-                loss = F.cross_entropy(output, labels)
-            scaler.scale(loss / passes).backward()
-            if (i + 1) % passes == 0:
-                if use_scaler:
-                    # Horovod's pattern for loss scaling: reduce, unscale, then
-                    # step without reducing a second time.
-                    optimizer.synchronize()
-                    scaler.unscale_(optimizer)
-                    with optimizer.skip_synchronize():
-                        scaler.step(optimizer)
-                    scaler.update()
-                else:
-                    optimizer.step()
-                optimizer.zero_grad()
-            with torch.no_grad():
-                sums += torch.stack([loss.detach().double() * len(labels),
-                                     (output.argmax(1) == labels).sum().double(),
-                                     torch.tensor(len(labels), dtype=torch.float64,
-                                                  device=rt.device)])
-            bar.update()
-        if on_cuda:
-            torch.cuda.synchronize()
+        loss_sum, correct, count, lr = train_epoch(
+            model, optimizer, loader, device, amp_dtype, scaler, passes,
+            first_step=epoch * steps_per_epoch, steps=steps_per_epoch, lr_at=lr_at, bar=bar)
         epoch_seconds = time.perf_counter() - tic
         bar.close()
-        loss_sum, correct, count = sums.tolist()
         images_seen += int(count)
         train_seconds += epoch_seconds
 
-        distributed.average_buffers(model)
-        test_metrics = evaluate(model, test_loader, rt.device, amp_dtype)
-        loss_sum, correct, count, rate = distributed.sum_across_ranks(
-            [loss_sum, correct, count, count / epoch_seconds], f"train_metrics.{epoch}"
-        )
-        record = {
-            "epoch": epoch + 1,
-            "lr": lr,
-            "train_loss": loss_sum / count,
-            "train_accuracy": correct / count,
-            **test_metrics,
-            "images_per_sec": rate,
-            "epoch_time_s": epoch_seconds,
-        }
+        average_buffers(model)
+        test_metrics = evaluate(model, test_loader, device, amp_dtype)
+        record = metrics.epoch_record(
+            epoch + 1, lr,
+            sum_across_ranks([loss_sum, correct, count, count / epoch_seconds], f"train.{epoch}"),
+            test_metrics, epoch_seconds)
         log.log_epoch(record)
         if root:
             checkpoint.save(args.checkpoint_dir, model, optimizer, args.model, epoch + 1,
                             extra={"metrics": record, "world_size": rt.size})
-            print(f"epoch {epoch + 1}: train loss {record['train_loss']:.4f} "
-                  f"acc {record['train_accuracy']:.4f} | test loss {record['test_loss']:.4f} "
-                  f"acc {record['test_accuracy']:.4f} | {rate:.0f} images/s", flush=True)
+            print(metrics.format_epoch(record), flush=True)
     log.close()
     if epochs_done >= args.epochs:
-        test_metrics = evaluate(model, test_loader, rt.device, amp_dtype)
+        test_metrics = evaluate(model, test_loader, device, amp_dtype)
 
-    summary = summarize(args, rt, model, test_metrics, images_seen, train_seconds,
-                        epochs_done, time.perf_counter() - started)
-    if root:
-        write_summary(args.log_dir, summary)
-        print(format_summary(summary), flush=True)
-    if not summary["weights_identical"]:
-        raise UserError("ranks ended with different weights: "
-                        + ", ".join(sorted(set(summary["rank_digests"]))))
-    return summary
+    mine = metrics.rank_figures(rt, images_seen, train_seconds, state_digest(model))
+    ranks = hvd.allgather_object(mine, name="summary")
+    summary = metrics.build_summary("pytorch", args.model, rt, ranks, test_metrics, args.epochs,
+                                    epochs_done, time.perf_counter() - started, args)
+    return metrics.finish_run(rt, args.log_dir, summary)
+
+
+def train_epoch(model, optimizer, loader, device, amp_dtype, scaler, passes: int,
+                first_step: int, steps: int, lr_at, bar) -> tuple[float, float, float, float]:
+    """`steps` optimizer steps of `passes` batches each; returns the loss sum,
+    correct count and image count on this rank, and the last learning rate."""
+    model.train()
+    sums = torch.zeros(3, dtype=torch.float64, device=device)  # loss, correct, count
+    lr = lr_at(first_step)
+    for i, (images, labels) in enumerate(loader):
+        if i >= steps * passes:
+            break
+        if i % passes == 0:
+            lr = lr_at(first_step + i // passes)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+        images = images.to(device, non_blocking=True)
+        labels = labels.to(device, non_blocking=True)
+        autocast = (torch.autocast(device.type, dtype=amp_dtype) if amp_dtype
+                    else contextlib.nullcontext())
+        with autocast:
+            output = model(images)
+            loss = F.cross_entropy(output, labels)
+        scaler.scale(loss / passes).backward()
+        if (i + 1) % passes == 0:
+            if scaler.is_enabled():
+                # Horovod's pattern for loss scaling: reduce, unscale, then
+                # step without reducing a second time.
+                optimizer.synchronize()
+                scaler.unscale_(optimizer)
+                with optimizer.skip_synchronize():
+                    scaler.step(optimizer)
+                scaler.update()
+            else:
+                optimizer.step()
+            optimizer.zero_grad()
+        with torch.no_grad():
+            # Accumulated on the device: no host sync per step.
+            sums += torch.stack([loss.detach().double() * len(labels),
+                                 (output.argmax(1) == labels).sum().double(),
+                                 torch.tensor(len(labels), dtype=torch.float64, device=device)])
+        bar.update()
+    loss_sum, correct, count = sums.tolist()  # waits for the device once per epoch
+    return loss_sum, correct, count, lr
 
 
 @torch.no_grad()
@@ -215,40 +219,5 @@ def evaluate(model, loader, device, amp_dtype) -> dict:
         loss_sum += F.cross_entropy(output.float(), labels, reduction="sum").item()
         correct += (output.argmax(1) == labels).sum().item()
         count += len(labels)
-    loss_sum, correct, count = distributed.sum_across_ranks([loss_sum, correct, count], "eval")
+    loss_sum, correct, count = sum_across_ranks([loss_sum, correct, count], "eval")
     return {"test_loss": loss_sum / count, "test_accuracy": correct / count}
-
-
-def summarize(args, rt, model, test_metrics, images_seen, train_seconds, epochs_done,
-              wall_seconds) -> dict:
-    """Gather per-rank figures and weight digests into the run's summary."""
-    mine = {
-        "rank": rt.rank,
-        "host": rt.hostname,
-        "local_rank": rt.local_rank,
-        "images": images_seen,
-        "train_time_s": train_seconds,
-        "images_per_sec": images_seen / train_seconds if train_seconds else 0.0,
-        "digest": distributed.state_digest(model),
-    }
-    ranks = hvd.allgather_object(mine, name="summary")
-    digests = [r.pop("digest") for r in ranks]
-    return {
-        "framework": "pytorch",
-        "model": args.model,
-        "size": rt.size,
-        "controller": rt.controller,
-        "device": rt.device.type,
-        "hosts": dict(collections.Counter(r["host"] for r in ranks)),
-        "ranks": ranks,
-        "images_per_sec": sum(r["images_per_sec"] for r in ranks),
-        "epochs": args.epochs,
-        "resumed_after_epoch": epochs_done,
-        **test_metrics,
-        "train_time_s": max(r["train_time_s"] for r in ranks),
-        "wall_time_s": wall_seconds,
-        "weights_identical": len(set(digests)) == 1,
-        "weights_digest": digests[0],
-        "rank_digests": digests,
-        "options": {k: str(v) if isinstance(v, os.PathLike) else v for k, v in vars(args).items()},
-    }

@@ -68,6 +68,39 @@ def cluster():
         subprocess.run([str(EMULATE), "down"], capture_output=True, timeout=120)
 
 
+def horovod_frameworks() -> set[str]:
+    """Frameworks the installed Horovod was built for, as --check-build says."""
+    report = subprocess.run([str(BIN / "horovodrun"), "--check-build"], capture_output=True,
+                            text=True, timeout=120).stdout
+    return {name for name in ("PyTorch", "TensorFlow", "MXNet") if f"[X] {name}" in report}
+
+
+def require_framework(name: str) -> None:
+    if name not in horovod_frameworks():
+        pytest.skip(f"Horovod is not built for {name} here: "
+                    "scripts/setup.sh --frameworks pytorch,tensorflow,mxnet")
+
+
+def assert_trained(run: "Run", size: int, controller: str, hosts: dict,
+                   min_accuracy: float = 0.95) -> dict:
+    """A finished run: every rank present, identical weights, the accuracy
+    reached, and totals that are the sums of the ranks' figures."""
+    assert run.returncode == 0, run.output[-3000:]
+    summary = run.summary
+    assert summary["size"] == size
+    assert summary["controller"] == controller
+    assert summary["hosts"] == hosts
+    assert sorted(r["rank"] for r in summary["ranks"]) == list(range(size))
+    assert summary["weights_identical"] is True
+    assert len(set(summary["rank_digests"])) == 1
+    assert summary["test_accuracy"] >= min_accuracy, summary["test_accuracy"]
+    assert summary["images_per_sec"] == pytest.approx(
+        sum(r["images_per_sec"] for r in summary["ranks"]))
+    assert all(r["images_per_sec"] > 0 for r in summary["ranks"])
+    assert "weights identical on all ranks: yes" in run.output
+    return summary
+
+
 def on_host(host: str, command: list[str]) -> list[str]:
     return [str(EMULATE), "exec", host, "--", *command]
 
@@ -89,10 +122,10 @@ class Run:
 
 
 def horovodrun(launch: list[str], trainer_args: list[str], log_dir: Path, host: str | None = None,
-               timeout: int = 400) -> Run:
+               timeout: int = 400, trainer: str = TRAINER) -> Run:
     """horovodrun LAUNCH python TRAINER --log-dir LOG_DIR TRAINER_ARGS, from the
     checkout, on the machine itself or inside emulated host `host`."""
-    command = [str(BIN / "horovodrun"), *launch, str(BIN / "python"), TRAINER,
+    command = [str(BIN / "horovodrun"), *launch, str(BIN / "python"), trainer,
                "--log-dir", str(log_dir), "--no-progress", *trainer_args]
     if host:
         command = on_host(host, command)

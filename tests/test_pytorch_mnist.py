@@ -7,28 +7,10 @@ import subprocess
 import sys
 
 import pytest
-from conftest import BIN, REPO, TRAINER, horovodrun
+from conftest import BIN, REPO, TRAINER, assert_trained, horovodrun
 
 pytestmark = pytest.mark.slow
 EPOCHS = ["--epochs", "3"]
-
-
-def assert_trained(run, size: int, controller: str, hosts: dict):
-    assert run.returncode == 0, run.output[-3000:]
-    summary = run.summary
-    assert summary["size"] == size
-    assert summary["controller"] == controller
-    assert summary["hosts"] == hosts
-    assert sorted(r["rank"] for r in summary["ranks"]) == list(range(size))
-    assert summary["weights_identical"] is True
-    assert len(set(summary["rank_digests"])) == 1
-    assert summary["test_accuracy"] >= 0.95, summary["test_accuracy"]
-    # Totals are the sums of the ranks' figures.
-    assert summary["images_per_sec"] == pytest.approx(
-        sum(r["images_per_sec"] for r in summary["ranks"]))
-    assert all(r["images_per_sec"] > 0 for r in summary["ranks"])
-    assert "weights identical on all ranks: yes" in run.output
-    return summary
 
 
 @pytest.mark.parametrize("controller", ["gloo", "mpi"])

@@ -1,0 +1,81 @@
+"""Rank 0's reports: JSON lines and TensorBoard scalars that TensorBoard
+itself reads back, and a summary whose totals are the sums of the ranks."""
+
+import json
+from types import SimpleNamespace
+
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from horovod_train import metrics
+from horovod_train.errors import UserError
+
+
+def record(epoch, accuracy):
+    return metrics.epoch_record(epoch, 0.1, [20.0, 90.0, 100.0, 500.0],
+                                {"test_loss": 0.3, "test_accuracy": accuracy}, 2.0)
+
+
+def test_epoch_record_turns_sums_into_means():
+    r = record(1, 0.9)
+    assert r["train_loss"] == 0.2 and r["train_accuracy"] == 0.9
+    assert r["images_per_sec"] == 500.0 and r["epoch_time_s"] == 2.0
+
+
+def test_metrics_log_writes_json_lines_and_tensorboard_scalars(tmp_path):
+    log = metrics.MetricsLog(tmp_path, enabled=True, append=False)
+    log.log_epoch(record(1, 0.9))
+    log.log_epoch(record(2, 0.95))
+    log.close()
+    lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [x["epoch"] for x in lines] == [1, 2]
+
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    scalars = events.Scalars("test_accuracy")
+    assert [(s.step, round(s.value, 4)) for s in scalars] == [(1, 0.9), (2, 0.95)]
+    assert "train_loss" in events.Tags()["scalars"]
+
+
+def test_append_keeps_earlier_epochs(tmp_path):
+    for epoch, append in ((1, False), (2, True)):
+        log = metrics.MetricsLog(tmp_path, enabled=True, append=append)
+        log.log_epoch(record(epoch, 0.9))
+        log.close()
+    assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 2
+
+
+def test_disabled_log_writes_nothing(tmp_path):
+    log = metrics.MetricsLog(tmp_path, enabled=False, append=False)
+    log.log_epoch(record(1, 0.9))
+    log.close()
+    assert list(tmp_path.iterdir()) == []
+
+
+RT = SimpleNamespace(size=2, controller="gloo", device="cpu", is_root=True)
+
+
+def ranks(digests):
+    return [{"rank": i, "host": h, "local_rank": 0, "images": 100, "train_time_s": t,
+             "images_per_sec": 100 / t, "digest": d}
+            for i, (h, t, d) in enumerate(zip(["a", "b"], [1.0, 2.0], digests, strict=True))]
+
+
+def test_summary_totals_are_sums_over_ranks():
+    summary = metrics.build_summary("pytorch", "m", RT, ranks(["x", "x"]),
+                                    {"test_loss": 0.1, "test_accuracy": 0.9}, 3, 0, 5.0,
+                                    SimpleNamespace(epochs=3))
+    assert summary["images_per_sec"] == 150.0
+    assert summary["train_time_s"] == 2.0
+    assert summary["hosts"] == {"a": 1, "b": 1}
+    assert summary["weights_identical"] and "digest" not in summary["ranks"][0]
+
+
+def test_ranks_with_different_weights_fail_the_run(tmp_path):
+    summary = metrics.build_summary("pytorch", "m", RT, ranks(["x", "y"]),
+                                    {"test_loss": 0.1, "test_accuracy": 0.9}, 3, 0, 5.0,
+                                    SimpleNamespace(epochs=3))
+    assert summary["weights_identical"] is False
+    with pytest.raises(UserError, match="ranks ended with different weights"):
+        metrics.finish_run(RT, tmp_path, summary)
+    assert json.loads((tmp_path / "summary.json").read_text())["weights_identical"] is False
