@@ -1,0 +1,39 @@
+"""Train MNIST with MXNet (Gluon) and Horovod.
+
+    horovodrun -np 4 -H a:2,b:2 python horovod_train/mxnet_mnist.py --data-dir data
+
+Same options and outputs as pytorch_mnist.py where they apply; rank 0 writes
+metrics, TensorBoard logs, checkpoints and summary.json under --log-dir.
+"""
+
+import os
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):
+    # Run as a file: import the package from the checkout (see pytorch_mnist.py).
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+
+from horovod_train import options  # noqa: E402
+from horovod_train.errors import run_main  # noqa: E402
+
+
+def parse_args(argv: list[str]):
+    parser = options.base_parser("mxnet_mnist.py", "Train MNIST with MXNet and Horovod.")
+    return options.finish(parser.parse_args(argv))
+
+
+def main() -> int:
+    args = parse_args(sys.argv[1:])
+    from horovod_train.distributed import threads_before_init
+
+    # MXNet sizes its OpenMP pool when it is imported: share the cores first.
+    os.environ["OMP_NUM_THREADS"] = str(threads_before_init(args.threads))
+    from horovod_train import train_mxnet
+
+    train_mxnet.run(args)
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(main)
