@@ -8,7 +8,8 @@ usage() {
   cat <<'EOF'
 Usage: scripts/setup.sh [--frameworks LIST] [--gpu-ops auto|nccl|none] [--venv DIR] [--no-apt]
 
-  --frameworks LIST  comma-separated: pytorch (default), tensorflow, mxnet
+  --frameworks LIST  comma-separated: pytorch, tensorflow, mxnet (default: the
+                     frameworks this venv was last set up for, else pytorch)
   --gpu-ops MODE     Horovod's NCCL GPU operations: auto (when a GPU is present), nccl, none
   --venv DIR         virtual environment to create or update (default: .venv)
   --no-apt           do not install system packages; fail if they are missing
@@ -19,7 +20,7 @@ the cached wheel.
 EOF
 }
 
-frameworks=pytorch
+frameworks=""
 gpu_ops=auto
 venv=.venv
 apt=1
@@ -36,6 +37,11 @@ done
 
 cd "$(dirname "$0")/.."
 started=$SECONDS
+# Keep what the venv has: a later plain setup.sh (e.g. from demo.sh) must not
+# swap a three-framework Horovod for a PyTorch-only one.
+if [[ -z "$frameworks" ]]; then
+  frameworks=$(cat "$venv/horovod-frameworks" 2>/dev/null || echo pytorch)
+fi
 
 # System packages: MPI and its headers, ssh client and server, compilers,
 # patch, and iproute2/util-linux for the emulated cluster.
@@ -76,4 +82,5 @@ echo "setup.sh: installing pinned Python packages ($extras) into $venv"
 
 # Horovod: the one recipe, shared with docker/Dockerfile.
 scripts/build_horovod.sh --python "$venv/bin/python" --frameworks "$frameworks" --gpu-ops "$gpu_ops"
+echo "$frameworks" > "$venv/horovod-frameworks"
 echo "setup.sh: done in $((SECONDS - started)) s; activate with: source $venv/bin/activate"

@@ -8,7 +8,8 @@ case "${1:-}" in
     cat <<'USAGE'
 Usage: scripts/test.sh [PYTEST ARGS...]
 
-Runs scripts/setup.sh (fast when already set up), ruff, then pytest with the
+Runs scripts/setup.sh for PyTorch, TensorFlow and MXNet (fast when already
+set up), ruff, then pytest with the
 given arguments (e.g. -k resume, -m "not cluster"). Tests on the emulated
 hosts need root; elsewhere they are skipped with the reason.
 USAGE
@@ -16,6 +17,7 @@ USAGE
 esac
 
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+# All three frameworks: the suite trains each of them for real.
+scripts/setup.sh --frameworks pytorch,tensorflow,mxnet
 .venv/bin/ruff check .
 exec .venv/bin/python -m pytest "$@"
