@@ -24,6 +24,7 @@ HOROVOD_VERSION = "0.28.1"
 SDIST_NAME = f"horovod-{HOROVOD_VERSION}.tar.gz"
 SDIST_SHA256 = "92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0"
 PATCH_DIR = Path(__file__).resolve().parent / "patches"
+BUILD_RECORD = "horovod-build.json"  # in the environment's prefix: what is installed
 FRAMEWORKS = {  # our name: (import name, Horovod's flag suffix, --check-build label)
     "pytorch": ("torch", "PYTORCH", "PyTorch"),
     "tensorflow": ("tensorflow", "TENSORFLOW", "TensorFlow"),
@@ -41,11 +42,12 @@ for name in sys.argv[1:]:
             out["torch_cuda"] = module.version.cuda
     except Exception as err:
         out["errors"][name] = f"{type(err).__name__}: {err}"
-try:
-    import nvidia.nccl, os
-    out["nccl_home"] = list(nvidia.nccl.__path__)[0]
-except Exception:
-    out["nccl_home"] = None
+def package_dir(name):
+    try:
+        return list(importlib.import_module(name).__path__)[0]
+    except Exception:
+        return None
+out["nccl_home"] = package_dir("nvidia.nccl")
 print(json.dumps(out))
 """
 
@@ -83,12 +85,12 @@ def probe_python(python: str, frameworks: list[str]) -> dict:
     return info
 
 
-def find_cuda_home(torch_cuda: str | None) -> Path | None:
+def find_cuda_home(cuda_version: str | None) -> Path | None:
     """The CUDA toolkit to compile against: $CUDA_HOME, else the toolkit of
     torch's CUDA version, else /usr/local/cuda."""
     candidates = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
-    if torch_cuda:
-        candidates.append(f"/usr/local/cuda-{torch_cuda}")
+    if cuda_version:
+        candidates.append(f"/usr/local/cuda-{cuda_version}")
     candidates.append("/usr/local/cuda")
     for candidate in filter(None, candidates):
         if (Path(candidate) / "include" / "cuda_runtime_api.h").is_file():
@@ -130,18 +132,15 @@ def plan(args, info: dict) -> tuple[dict, dict]:
     for name, (_, flag, _) in FRAMEWORKS.items():
         env[f"HOROVOD_WITH{'' if name in frameworks else 'OUT'}_{flag}"] = "1"
 
+    # Without GPU operations the torch extension is compiled for CPU tensors
+    # only (our patch's HOROVOD_TORCH_CPU_ONLY), even against a CUDA build of
+    # torch: no CUDA toolkit is needed, and a workstation and a CPU image
+    # build the same wheel. With NCCL, CUDA is compiled in; the toolkit is
+    # looked up only when compiling, so a cached wheel installs without one.
     torch_cuda = info.get("torch_cuda") if "pytorch" in frameworks else None
-    cuda_home = None
-    if torch_cuda or gpu_ops == "nccl":
-        # A CUDA build of torch makes Horovod's torch extension include the
-        # CUDA headers and link cudart, even with no GPU operations.
-        cuda_home = find_cuda_home(torch_cuda)
-        if cuda_home is None:
-            raise BuildError(
-                "the CUDA toolkit headers are needed (torch is a CUDA "
-                f"{torch_cuda} build or NCCL was asked for) but none were found: set CUDA_HOME")
-        env.update(CUDA_HOME=str(cuda_home), CUDAToolkit_ROOT=str(cuda_home),
-                   HOROVOD_CUDA_HOME=str(cuda_home))
+    needs_cuda = gpu_ops == "nccl"
+    if not needs_cuda:
+        env["HOROVOD_TORCH_CPU_ONLY"] = "1"
     nccl_version = None
     if gpu_ops == "nccl":
         nccl_home = os.environ.get("HOROVOD_NCCL_HOME") or info.get("nccl_home")
@@ -160,6 +159,9 @@ def plan(args, info: dict) -> tuple[dict, dict]:
     compiler = first_line([os.environ.get("CXX", "c++"), "--version"])
     if compiler is None:
         raise BuildError("no C++ compiler (c++) found: install build-essential")
+    # "c++ (Debian 12.2.0-14) 12.2.0" and "g++-12 (Debian 12.2.0-14) 12.2.0"
+    # are one compiler: the key keeps what follows the program's name.
+    compiler = compiler.split(" ", 1)[-1]
     patches = {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
                for p in sorted(PATCH_DIR.glob("*.patch"))}
     inputs = {
@@ -170,13 +172,27 @@ def plan(args, info: dict) -> tuple[dict, dict]:
         "machine": info["machine"],
         "frameworks": {f: info["frameworks"][FRAMEWORKS[f][0]] for f in frameworks},
         "gpu_ops": gpu_ops,
-        "cuda": torch_cuda if cuda_home else None,
+        "cuda": torch_cuda if needs_cuda else None,
         "nccl": nccl_version,
         "mpi": mpi,
         "compiler": compiler,
-        "flags": {k: v for k, v in sorted(env.items()) if k.startswith("HOROVOD_WITH")},
+        "flags": {k: v for k, v in sorted(env.items())
+                  if k.startswith("HOROVOD_WITH") or k == "HOROVOD_TORCH_CPU_ONLY"},
     }
     return inputs, env
+
+
+def cuda_env(info: dict, inputs: dict) -> dict:
+    """CUDA_HOME and friends for the compile, or {} when no CUDA is involved."""
+    if inputs["gpu_ops"] != "nccl":
+        return {}
+    cuda_home = find_cuda_home(inputs["cuda"])
+    if cuda_home is None:
+        raise BuildError(
+            f"NCCL GPU operations need a CUDA toolkit ({inputs['cuda'] or 'any version'}) to "
+            "compile and none was found: set CUDA_HOME")
+    return {"CUDA_HOME": str(cuda_home), "CUDAToolkit_ROOT": str(cuda_home),
+            "HOROVOD_CUDA_HOME": str(cuda_home)}
 
 
 def cache_key(inputs: dict) -> str:
@@ -216,7 +232,12 @@ def build_wheel(args, sdist: Path, env: dict, entry: Path, inputs: dict) -> None
     with tempfile.TemporaryDirectory(dir=entry.parent, prefix=".build-") as tmp:
         work = Path(tmp)
         with tarfile.open(sdist) as tar:
-            tar.extractall(work, filter="data")
+            # The "data" filter refuses links and paths leaving the directory;
+            # Pythons before 3.11.4 lack it (and the sdist's hash is checked).
+            if hasattr(tarfile, "data_filter"):
+                tar.extractall(work, filter="data")
+            else:
+                tar.extractall(work)  # noqa: S202
         source = work / f"horovod-{HOROVOD_VERSION}"
         for patch in sorted(PATCH_DIR.glob("*.patch")):
             log(f"applying {patch.name}")
@@ -229,11 +250,14 @@ def build_wheel(args, sdist: Path, env: dict, entry: Path, inputs: dict) -> None
         log(f"building Horovod {HOROVOD_VERSION} ({', '.join(args.frameworks)}; "
             f"{'NCCL' if 'HOROVOD_GPU_OPERATIONS' in env else 'no'} GPU operations), "
             f"-j{args.jobs}; this takes minutes")
+        # The environment's own tools first (cmake comes from its "build" extra).
+        path = f"{Path(args.python).parent}{os.pathsep}{os.environ.get('PATH', '')}"
         with open(log_path, "w") as build_log:
             result = subprocess.run(
                 [args.python, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps",
                  "--verbose", "-w", str(out), str(source)],
-                env={**os.environ, **env}, stdout=build_log, stderr=subprocess.STDOUT)
+                env={**os.environ, **env, "PATH": path}, stdout=build_log,
+                stderr=subprocess.STDOUT)
         if result.returncode != 0:
             kept = entry.parent / "last-failed-build.log"
             shutil.copy(log_path, kept)
@@ -251,24 +275,38 @@ def build_wheel(args, sdist: Path, env: dict, entry: Path, inputs: dict) -> None
         log(f"built {wheel.name} in {minutes:.1f} min -> {entry}")
 
 
-def install(python: str, wheel: Path, marker: Path, key: str) -> None:
-    if marker.is_file() and marker.read_text().strip() == key:
+def install(python: str, wheel: Path, record: Path, key: str, inputs: dict) -> None:
+    """Install the wheel unless this very build is installed already; record
+    what was installed in the environment (for --check-only)."""
+    if installed_build(record).get("key") == key:
         check = subprocess.run([python, "-c", "import horovod"], capture_output=True)
         if check.returncode == 0:
             log("already installed")
             return
     subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-deps", "--force-reinstall",
                     str(wheel)], check=True)
-    marker.parent.mkdir(parents=True, exist_ok=True)
-    marker.write_text(key + "\n")
+    record.write_text(json.dumps({"key": key, **inputs}, indent=2) + "\n")
 
 
-def check_build(python: str, frameworks: list[str], gpu_ops: str) -> str:
-    """Run `horovodrun --check-build`; fail unless it shows what was asked for."""
+def installed_build(record: Path) -> dict:
+    try:
+        return json.loads(record.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def check_build(python: str, frameworks: list[str], gpu_ops: str,
+                nccl_home: str | None = None) -> str:
+    """Run `horovodrun --check-build`; fail unless it shows what was asked for.
+    An NCCL build loads the NCCL of torch's wheel, which the loader must find."""
     horovodrun = Path(python).parent / "horovodrun"
     command = [str(horovodrun)] if horovodrun.exists() else [python, "-m", "horovod.runner.launch"]
+    env = dict(os.environ)
+    if gpu_ops == "nccl" and nccl_home:
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(
+            filter(None, [str(Path(nccl_home) / "lib"), env.get("LD_LIBRARY_PATH")]))
     result = subprocess.run([*command, "--check-build"], capture_output=True, text=True,
-                            timeout=300)
+                            timeout=300, env=env)
     report = result.stdout
     wanted = [FRAMEWORKS[f][2] for f in frameworks] + ["MPI", "Gloo"]
     if gpu_ops == "nccl":
@@ -296,12 +334,22 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--no-install", action="store_true", help="build or find the wheel only")
     parser.add_argument("--print-key", action="store_true", help="print the cache key and exit")
+    parser.add_argument("--check-only", action="store_true",
+                        help="only check that the Horovod installed in the environment has "
+                             "what it was built for")
     args = parser.parse_args(argv)
     args.frameworks = [f.strip() for f in args.frameworks.split(",") if f.strip()]
     unknown = [f for f in args.frameworks if f not in FRAMEWORKS]
     if unknown or not args.frameworks:
         parser.error(f"--frameworks takes {', '.join(FRAMEWORKS)}; got {args.frameworks}")
 
+    if args.check_only:
+        prefix = probe_python(args.python, [])["prefix"]
+        built = installed_build(Path(prefix) / BUILD_RECORD)
+        if not built:
+            raise BuildError(f"no Horovod build recorded in {prefix}; run scripts/setup.sh")
+        print(check_build(args.python, list(built["frameworks"]), built["gpu_ops"]), end="")
+        return 0
     info = probe_python(args.python, args.frameworks)
     inputs, env = plan(args, info)
     key = cache_key(inputs)
@@ -313,12 +361,14 @@ def main(argv: list[str]) -> int:
     if wheels:
         log(f"cached wheel {wheels[0]}")
     else:
+        env = {**env, **cuda_env(info, inputs)}
         build_wheel(args, fetch_sdist(args.cache_dir, args.python), env, entry, inputs)
         wheels = sorted(entry.glob("horovod-*.whl"))
     if args.no_install:
         return 0
-    install(args.python, wheels[0], Path(info["prefix"]) / "horovod-build-key", key)
-    print(check_build(args.python, args.frameworks, inputs["gpu_ops"]), end="")
+    install(args.python, wheels[0], Path(info["prefix"]) / BUILD_RECORD, key, inputs)
+    print(check_build(args.python, args.frameworks, inputs["gpu_ops"], info.get("nccl_home")),
+          end="")
     return 0
 
 

@@ -14,7 +14,8 @@ Usage: scripts/setup.sh [--frameworks LIST] [--gpu-ops auto|nccl|none] [--venv D
   --venv DIR         virtual environment to create or update (default: .venv)
   --no-apt           do not install system packages; fail if they are missing
 
-Environment: HOROVOD_WHEEL_CACHE (default ~/.cache/horovod-train/wheels).
+Environment: PYTHON (the interpreter for a new venv, default python3),
+HOROVOD_WHEEL_CACHE (default ~/.cache/horovod-train/wheels).
 The first run builds Horovod (about 5 minutes on 2 cores); later runs take
 the cached wheel.
 EOF
@@ -42,12 +43,17 @@ started=$SECONDS
 if [[ -z "$frameworks" ]]; then
   frameworks=$(cat "$venv/horovod-frameworks" 2>/dev/null || echo pytorch)
 fi
+if [[ "$gpu_ops" == auto ]]; then
+  gpu_ops=none
+  nvidia-smi -L 2>/dev/null | grep -q '^GPU' && gpu_ops=nccl
+fi
 
 # System packages: MPI and its headers, ssh client and server, compilers,
 # patch, and iproute2/util-linux for the emulated cluster.
 packages=(openmpi-bin libopenmpi-dev openssh-client openssh-server build-essential patch
           iproute2 util-linux procps curl ca-certificates)
-python3 -c 'import ensurepip' 2>/dev/null || packages+=(python3-venv)
+python=${PYTHON:-python3}
+"$python" -c 'import ensurepip' 2>/dev/null || packages+=(python3-venv)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
@@ -66,21 +72,27 @@ fi
 
 # Python environment, pinned by scripts/constraints.txt.
 if [[ ! -x "$venv/bin/python" ]]; then
-  python3 -c 'import sys; sys.exit(sys.version_info[:2] not in ((3, 10), (3, 11)))' || {
-    echo "setup.sh: error: Python 3.10 or 3.11 needed (TensorFlow 2.15 and MXNet 1.9 stop there); found $(python3 --version)" >&2
+  "$python" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null || {
+    echo "setup.sh: error: Python 3.11 needed (the lock is for 3.11; TensorFlow 2.15 and MXNet 1.9 stop there); $python is $("$python" --version 2>&1); set PYTHON" >&2
     exit 1
   }
   echo "setup.sh: creating $venv"
-  python3 -m venv "$venv"
+  "$python" -m venv "$venv"
 fi
-extras="horovod-deps,build,plots,test"
-[[ ",$frameworks," == *,tensorflow,* ]] && extras+=",tensorflow"
+extras="horovod-deps,build,mpi,plots,test"
+[[ ",$frameworks," == *,pytorch,* ]] && extras+=",pytorch"
+if [[ ",$frameworks," == *,tensorflow,* ]]; then
+  # A GPU build of Horovod needs TensorFlow's CUDA build beside it.
+  [[ "$gpu_ops" == nccl ]] && extras+=",tensorflow-cuda" || extras+=",tensorflow"
+fi
 [[ ",$frameworks," == *,mxnet,* ]] && extras+=",mxnet"
 echo "setup.sh: installing pinned Python packages ($extras) into $venv"
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+# mpi4py is compiled against this machine's OpenMPI, never taken as a wheel.
+PIP_NO_BINARY=mpi4py "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
   -c scripts/constraints.txt -e ".[$extras]"
 
 # Horovod: the one recipe, shared with docker/Dockerfile.
-scripts/build_horovod.sh --python "$venv/bin/python" --frameworks "$frameworks" --gpu-ops "$gpu_ops"
+PYTHON="$venv/bin/python" scripts/build_horovod.sh --python "$venv/bin/python" \
+  --frameworks "$frameworks" --gpu-ops "$gpu_ops"
 echo "$frameworks" > "$venv/horovod-frameworks"
 echo "setup.sh: done in $((SECONDS - started)) s; activate with: source $venv/bin/activate"

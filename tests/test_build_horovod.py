@@ -3,6 +3,7 @@ is keyed by everything that went into the wheel, and a second run takes the
 cached wheel instead of compiling."""
 
 import importlib.util
+import json
 import subprocess
 import sys
 import tarfile
@@ -27,8 +28,15 @@ def test_installed_horovod_has_pytorch_mpi_and_gloo():
         assert line in result.stdout, result.stdout
 
 
+def installed_frameworks() -> str:
+    """The frameworks this venv's Horovod was built for, as setup.sh recorded."""
+    record = Path(sys.prefix) / build_horovod.BUILD_RECORD
+    return ",".join(json.loads(record.read_text())["frameworks"])
+
+
 def test_second_run_takes_the_cached_wheel():
-    result = subprocess.run([str(SCRIPT), "--python", sys.executable, "--no-install"],
+    result = subprocess.run([str(SCRIPT), "--python", sys.executable, "--no-install",
+                             "--frameworks", installed_frameworks()],
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "cached wheel" in result.stdout
@@ -36,12 +44,14 @@ def test_second_run_takes_the_cached_wheel():
 
 
 def test_cache_entry_is_named_by_the_key_and_records_its_inputs():
-    key = subprocess.run([str(SCRIPT), "--python", sys.executable, "--print-key"],
+    key = subprocess.run([str(SCRIPT), "--python", sys.executable, "--print-key",
+                          "--frameworks", installed_frameworks()],
                          capture_output=True, text=True, timeout=300).stdout.strip()
     entry = build_horovod.default_cache_dir() / f"horovod-{build_horovod.HOROVOD_VERSION}-{key}"
     assert list(entry.glob("horovod-0.28.1-*.whl"))
     inputs = (entry / "inputs.json").read_text()
-    for fact in ("horovod-0.28.1-cxx-standard.patch", "pytorch", "HOROVOD_WITH_GLOO"):
+    for fact in ("horovod-0.28.1-cxx-standard.patch", "horovod-0.28.1-ssh-host-key-checking.patch",
+                 "horovod-0.28.1-torch-cpu-only.patch", "pytorch", "HOROVOD_WITH_GLOO"):
         assert fact in inputs
 
 
@@ -70,6 +80,28 @@ def test_build_flags_follow_the_frameworks():
     assert env["HOROVOD_WITHOUT_TENSORFLOW"] == "1" and env["HOROVOD_WITHOUT_MXNET"] == "1"
     assert env["HOROVOD_WITH_MPI"] == "1" and env["HOROVOD_WITH_GLOO"] == "1"
     assert "HOROVOD_GPU_OPERATIONS" not in env
+    # Without GPU operations the torch extension is CPU-only: no CUDA toolkit.
+    assert env["HOROVOD_TORCH_CPU_ONLY"] == "1"
+
+
+def test_check_only_checks_what_the_venv_was_built_for():
+    result = subprocess.run([str(SCRIPT), "--python", sys.executable, "--check-only"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "[X] PyTorch" in result.stdout
+
+
+def test_gpu_build_plan_finds_the_nccl_of_torchs_wheel():
+    """What a GPU image's build resolves, checked here without a GPU: NCCL
+    from the nvidia-nccl wheel torch depends on, and a key of its own."""
+    gpu = subprocess.run([str(SCRIPT), "--python", sys.executable, "--print-key",
+                          "--frameworks", "pytorch", "--gpu-ops", "nccl"],
+                         capture_output=True, text=True, timeout=300)
+    cpu = subprocess.run([str(SCRIPT), "--python", sys.executable, "--print-key",
+                          "--frameworks", "pytorch", "--gpu-ops", "none"],
+                         capture_output=True, text=True, timeout=300)
+    assert gpu.returncode == 0, gpu.stderr
+    assert len(gpu.stdout.strip()) == 16 and gpu.stdout != cpu.stdout
 
 
 def test_patches_apply_to_the_pinned_sdist(tmp_path):
@@ -86,6 +118,11 @@ def test_patches_apply_to_the_pinned_sdist(tmp_path):
     torch_cmake = (source / "horovod" / "torch" / "CMakeLists.txt").read_text()
     assert 'VERSION_LESS "2.14.0")\n    set(CMAKE_CXX_STANDARD 20)' in torch_cmake
     assert "set(CMAKE_CXX_STANDARD 17)" in Path(source / "CMakeLists.txt").read_text()
+    remote = (source / "horovod" / "runner" / "util" / "remote.py").read_text()
+    prefix = next(line for line in remote.splitlines() if line.startswith("SSH_COMMAND_PREFIX"))
+    assert "StrictHostKeyChecking" not in prefix and "BatchMode=yes" in prefix
+    find_torch = (source / "cmake" / "Modules" / "FindPytorch.cmake").read_text()
+    assert "HOROVOD_TORCH_CPU_ONLY" in find_torch
 
 
 @pytest.mark.parametrize("args, message", [
