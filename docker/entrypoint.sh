@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Container start: make this node's SSH host key (never at build time, so no
+# two containers share one), install the cluster's keys from a mounted
+# directory, start sshd on the cluster's port, then run the given command.
+#
+#   CLUSTER_KEYS_DIR  where scripts/cluster_keys.sh's output is mounted
+#                     (default /etc/horovod/keys): id_ed25519,
+#                     authorized_keys, and optionally known_hosts
+#   CLUSTER_HOSTS     the cluster's host names, space-separated: ssh accepts
+#                     a new host key only for these (unless known_hosts is given)
+#   SSH_PORT          sshd's port (default 12345)
+set -euo pipefail
+
+keys=${CLUSTER_KEYS_DIR:-/etc/horovod/keys}
+port=${SSH_PORT:-12345}
+
+if [[ ! -f /etc/ssh/ssh_host_ed25519_key ]]; then
+  ssh-keygen -q -t ed25519 -N '' -C "host-$(hostname)" -f /etc/ssh/ssh_host_ed25519_key
+fi
+
+if [[ -f "$keys/authorized_keys" ]]; then
+  install -d -m 700 /root/.ssh
+  install -m 600 "$keys/authorized_keys" /root/.ssh/authorized_keys
+  [[ -f "$keys/id_ed25519" ]] && install -m 600 "$keys/id_ed25519" /root/.ssh/id_ed25519
+  if [[ -f "$keys/known_hosts" ]]; then
+    install -m 644 "$keys/known_hosts" /root/.ssh/known_hosts
+    checking=yes
+  else
+    checking=accept-new
+  fi
+  if [[ -n "${CLUSTER_HOSTS:-}" ]]; then
+    cat > /root/.ssh/config <<CONFIG
+# The cluster's hosts: its port and key; host keys are checked, and new ones
+# accepted only for these hosts.
+Host ${CLUSTER_HOSTS}
+    Port ${port}
+    User root
+    IdentityFile /root/.ssh/id_ed25519
+    IdentitiesOnly yes
+    UserKnownHostsFile /root/.ssh/known_hosts
+    StrictHostKeyChecking ${checking}
+    BatchMode yes
+    ConnectTimeout 10
+CONFIG
+    chmod 600 /root/.ssh/config
+  else
+    echo "entrypoint: CLUSTER_HOSTS is empty: ssh will refuse hosts it does not know" >&2
+  fi
+  mkdir -p /run/sshd
+  /usr/sbin/sshd -p "$port"
+else
+  echo "entrypoint: no $keys/authorized_keys (mount the output of scripts/cluster_keys.sh there): sshd not started" >&2
+fi
+
+exec "$@"

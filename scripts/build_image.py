@@ -1,0 +1,185 @@
+"""Build the training image from docker/Dockerfile with podman (or docker).
+
+For the CPU variant with podman, everything the build needs comes from this
+machine, so it also works where no registry but PyPI and Debian's mirrors
+can be reached:
+  - the base image is Debian bookworm made with debootstrap and imported
+    (localhost/debian-base:bookworm), once;
+  - Python packages come from a wheelhouse that `pip download` fills from
+    scripts/constraints.txt, kept outside the checkout and keyed by it;
+  - Horovod's wheel cache is mounted, so scripts/build_horovod.sh inside the
+    build takes the wheel built by a local setup with the same inputs.
+podman also reuses the layers of an earlier build whose inputs are unchanged.
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+CONSTRAINTS = REPO / "scripts" / "constraints.txt"
+CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "horovod-train"
+DEBIAN_BASE = "localhost/debian-base:bookworm"
+MIN_FREE_GB = 25
+DEBIAN_MIRROR = "http://deb.debian.org/debian"
+
+
+class ImageError(Exception):
+    pass
+
+
+def log(message: str) -> None:
+    print(f"build_image: {message}", flush=True)
+
+
+def run(*command: str, **kwargs) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(command, check=True, **kwargs)
+    except FileNotFoundError:
+        raise ImageError(f"{command[0]} not found") from None
+    except subprocess.CalledProcessError as err:
+        raise ImageError(f"{' '.join(command[:3])} ... exited {err.returncode}") from None
+
+
+def ensure_tools(engine: str, need_debootstrap: bool) -> None:
+    """podman/buildah/debootstrap from Debian's packages when missing and root."""
+    missing = [tool for tool, package in ((engine, engine), ("debootstrap", "debootstrap"))
+               if (tool == engine or need_debootstrap) and shutil.which(tool) is None]
+    if not missing:
+        return
+    if engine == "docker" or os.geteuid() != 0 or shutil.which("apt-get") is None:
+        raise ImageError(f"{', '.join(missing)} not found: install it")
+    packages = ["podman", "buildah", "debootstrap"]
+    log(f"installing {' '.join(packages)}")
+    run("apt-get", "update", "-qq", stdout=subprocess.DEVNULL)
+    run("apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages,
+        env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"}, stdout=subprocess.DEVNULL)
+
+
+def image_exists(engine: str, image: str) -> bool:
+    return subprocess.run([engine, "image", "inspect", image], capture_output=True).returncode == 0
+
+
+def debian_base(engine: str) -> str:
+    """Debian bookworm as a local image, made with debootstrap (no registry)."""
+    if image_exists(engine, DEBIAN_BASE):
+        return DEBIAN_BASE
+    log(f"making {DEBIAN_BASE} with debootstrap (about a minute)")
+    with tempfile.TemporaryDirectory(prefix="debian-base-") as tmp:
+        root = Path(tmp) / "rootfs"
+        run("debootstrap", "--variant=minbase", "bookworm", str(root), DEBIAN_MIRROR,
+            stdout=subprocess.DEVNULL)
+        tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
+        run(engine, "import", "-", DEBIAN_BASE, stdin=tar.stdout, stdout=subprocess.DEVNULL)
+        if tar.wait() != 0:
+            raise ImageError("tar of the debootstrap tree failed")
+    return DEBIAN_BASE
+
+
+def wheelhouse(python: str) -> Path:
+    """Every pinned package of the CPU environment as wheels (mpi4py as its
+    source, to be compiled against the image's OpenMPI), keyed by the lock."""
+    lock = CONSTRAINTS.read_text()
+    house = CACHE / f"wheelhouse-{hashlib.sha256(lock.encode()).hexdigest()[:12]}"
+    if (house / "COMPLETE").is_file():
+        return house
+    # The CUDA 12 TensorFlow section serves GPU images only.
+    pins = [line for line in lock.split("# GPU TensorFlow")[0].splitlines()
+            if line.strip() and not line.startswith("#")]
+    log(f"filling the wheelhouse {house} ({len(pins)} packages)")
+    for stale in CACHE.glob("wheelhouse-*"):  # a few GB each: keep the current lock's only
+        shutil.rmtree(stale)
+    house.mkdir(parents=True)
+    with tempfile.NamedTemporaryFile("w", suffix=".txt") as requirements:
+        requirements.write("\n".join(p for p in pins if not p.startswith("mpi4py==")) + "\n")
+        requirements.flush()
+        run(python, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary", ":all:",
+            "-d", str(house), "-r", requirements.name)
+    mpi4py = next(p for p in pins if p.startswith("mpi4py=="))
+    run(python, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
+        "-d", str(house), mpi4py)
+    (house / "COMPLETE").write_text(lock)
+    return house
+
+
+def check_free_space(engine: str) -> None:
+    """The venv layer is ~8 GB and is written twice while committed: fail
+    early with a clear message rather than deep inside a layer commit."""
+    root = subprocess.run([engine, "info", "--format", "{{.Store.GraphRoot}}"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    free = shutil.disk_usage(root).free / 1e9
+    if free < MIN_FREE_GB:
+        raise ImageError(f"{free:.0f} GB free under {root}, the build needs {MIN_FREE_GB} GB "
+                         f"(free space, or remove old images: {engine} image prune -a)")
+
+
+def build(args) -> None:
+    engine = args.engine or ("podman" if shutil.which("podman") else "docker")
+    cpu = args.device == "cpu"
+    ensure_tools(engine, need_debootstrap=cpu and engine == "podman" and not args.base_image)
+    command = [engine, "build", "-f", str(REPO / "docker" / "Dockerfile"), "-t", args.tag,
+               "--build-arg", f"DEVICE={args.device}"]
+    if cpu:
+        base = args.base_image or (debian_base(engine) if engine == "podman" else "debian:bookworm")
+        command += ["--build-arg", f"BASE_IMAGE={base}", "--build-arg", f"RUNTIME_IMAGE={base}"]
+    elif args.base_image:
+        command += ["--build-arg", f"BASE_IMAGE={args.base_image}"]
+    if engine == "podman":
+        # chroot isolation: RUN steps need no container runtime or cgroups;
+        # docker format: OCI images drop the Dockerfile's SHELL (pipefail).
+        # --force-rm: a failed step leaves no multi-GB working container.
+        command += ["--isolation", "chroot", "--layers", "--format", "docker", "--force-rm"]
+        check_free_space(engine)
+        wheel_cache = CACHE / "wheels"
+        wheel_cache.mkdir(parents=True, exist_ok=True)
+        command += ["-v", f"{wheel_cache}:/root/.cache/horovod-train/wheels"]
+        if cpu:
+            command += ["-v", f"{wheelhouse(args.python)}:/wheelhouse:ro"]
+    started = time.monotonic()
+    log(" ".join(command + [str(REPO)]))
+    # The builder stage gets a tag of its own: its layers are the cache of the
+    # next build, and pruning below must not take them.
+    builder = command.copy()
+    builder[builder.index(args.tag)] = f"{args.tag}-builder"
+    run(*builder, "--target", "builder", str(REPO))
+    run(*command, str(REPO))
+    if engine == "podman":
+        # Earlier builds of these tags, now untagged: several GB each.
+        run(engine, "image", "prune", "-f", stdout=subprocess.DEVNULL)
+    info = json.loads(subprocess.run([engine, "image", "inspect", args.tag], capture_output=True,
+                                     text=True, check=True).stdout)[0]
+    log(f"built {args.tag} in {(time.monotonic() - started) / 60:.1f} min, "
+        f"{info['Size'] / 1e9:.2f} GB")
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="build_image.sh", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", choices=["cpu", "gpu"], default="cpu")
+    parser.add_argument("--tag", default=None,
+                        help="image name (default localhost/horovod-train:DEVICE)")
+    parser.add_argument("--engine", choices=["podman", "docker"], default=None,
+                        help="default: podman if installed, else docker")
+    parser.add_argument("--base-image", default=None,
+                        help="base image (CPU default: Debian bookworm; GPU: the Dockerfile's)")
+    parser.add_argument("--python", default=sys.executable,
+                        help="Python whose pip fills the wheelhouse")
+    args = parser.parse_args(argv)
+    args.tag = args.tag or f"localhost/horovod-train:{args.device}"
+    build(args)
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except ImageError as err:
+        print(f"build_image: error: {err}", file=sys.stderr)
+        sys.exit(1)
