@@ -1,12 +1,23 @@
 """Two (or more) hosts on one machine, for running horovodrun across "nodes"
 without a cluster: each host is a network namespace on a private bridge with
-its own address, hostname, /etc/hosts and /etc/ssh, and an sshd on the
-cluster's port that accepts the cluster's key only.
+its own address, hostname and /etc/hosts, and an sshd on the cluster's port
+that accepts the cluster's key only.
+
+Two kinds of host:
+  - plain (default): the machine's own files and programs, with the host's
+    /etc/hosts and /etc/ssh bound in; sshd runs with docker/sshd_config;
+  - image (--image IMAGE): a container of the training image without a
+    container runtime: the image's root filesystem (podman image mount)
+    under a writable overlay per host, entered with chroot, started by the
+    image's own entrypoint, which makes the host key and starts its sshd.
 
 Run it through scripts/emulate_cluster.sh (needs root):
 
-    up [--hosts a,b]        create the hosts and start their sshd
-    exec HOST -- CMD...     run CMD as if logged in on HOST (same files, cwd, env)
+    up [--hosts a,b] [--image IMAGE [--mount SRC:DST[:ro]]...]
+                            create the hosts and start their sshd
+    exec HOST -- CMD...     run CMD as if logged in on HOST (cwd and env kept
+                            for plain hosts; the image's WORKDIR and ENV for
+                            image hosts)
     status                  show the hosts
     down                    stop everything and remove all state
 
@@ -28,6 +39,7 @@ import time
 from pathlib import Path
 
 SCRIPTS = Path(__file__).resolve().parent
+SSHD_CONFIG = SCRIPTS.parent / "docker" / "sshd_config"
 STATE_DIR = Path(os.environ.get("EMULATE_STATE_DIR", "/run/horovod-train-cluster"))
 BRIDGE = "hvtbr0"
 NETNS_PREFIX = "hvt-"
@@ -51,18 +63,27 @@ def netns(host: str) -> str:
 
 
 def enter_command(host: str, state: Path, command: list[str]) -> list[str]:
-    """argv that runs `command` inside HOST: its network namespace, a private
-    mount namespace with its /etc/hosts and /etc/ssh bound in, its hostname.
-    nsenter --net rather than `ip netns exec`, which remounts /sys (and
-    breaks programs that need the host's cgroup tree, such as slurmd)."""
+    """argv that runs `command` inside HOST: its network namespace and its
+    hostname; then, for a plain host, a private mount namespace with its
+    /etc/hosts and /etc/ssh bound in, for an image host a chroot into its root
+    with the image's environment and working directory. nsenter --net rather
+    than `ip netns exec`, which remounts /sys (and breaks programs that need
+    the host's cgroup tree, such as slurmd)."""
     host_dir = state / "hosts" / host
+    enter = ["nsenter", f"--net=/run/netns/{netns(host)}", "unshare", "--uts"]
+    image = load_layout(state).get("image")
+    if image:
+        env = [*image["env"], "HOME=/root", f"CLUSTER_HOSTS={' '.join(image['hosts'])}",
+               f"SSH_PORT={image['port']}"]
+        return [*enter, "sh", "-c", f"hostname {host} && exec \"$@\"", "sh",
+                "chroot", str(host_dir / "root"), "/usr/bin/env", "-i", *env,
+                "/bin/sh", "-c", f"cd {image['workdir']} && exec \"$@\"", "sh", *command]
     setup = (
         f"mount --bind {host_dir}/hosts /etc/hosts && "
         f"mount --bind {host_dir}/ssh /etc/ssh && "
         f"hostname {host} && exec \"$@\""
     )
-    return ["nsenter", f"--net=/run/netns/{netns(host)}", "unshare", "--uts", "--mount",
-            "--propagation", "private", "sh", "-c", setup, "sh", *command]
+    return [*enter, "--mount", "--propagation", "private", "sh", "-c", setup, "sh", *command]
 
 
 def load_layout(state: Path) -> dict:
@@ -73,9 +94,15 @@ def load_layout(state: Path) -> dict:
                            "run: scripts/emulate_cluster.sh up") from None
 
 
-def check_prerequisites() -> None:
+def check_prerequisites(image: str | None) -> None:
     if os.geteuid() != 0:
         raise ClusterError("needs root (network namespaces, bind mounts)")
+    if image:
+        if shutil.which("podman") is None:
+            raise ClusterError("--image needs podman (apt-get install podman)")
+        if sh("podman", "image", "exists", image, check=False).returncode != 0:
+            raise ClusterError(f"no image {image} (scripts/build_image.sh builds one)")
+        return
     for tool in ("ip", "nsenter", "unshare", "ssh", "ssh-keygen"):
         if shutil.which(tool) is None:
             raise ClusterError(f"{tool} not found (scripts/setup.sh installs it)")
@@ -84,13 +111,14 @@ def check_prerequisites() -> None:
                            "(scripts/setup.sh does)")
 
 
-def up(hosts: list[str], subnet: str, port: int, state: Path) -> dict:
-    check_prerequisites()
+def up(hosts: list[str], subnet: str, port: int, state: Path, image: str | None = None,
+       mounts: list[str] = ()) -> dict:
+    check_prerequisites(image)
     down(state, quiet=True)
     state.mkdir(parents=True, mode=0o755)
     addresses = {host: f"{subnet}.{11 + i}" for i, host in enumerate(hosts)}
     layout = {"hosts": addresses, "bridge": BRIDGE, "bridge_address": f"{subnet}.1",
-              "port": port, "state_dir": str(state)}
+              "port": port, "state_dir": str(state), "image": None}
     (state / "cluster.json").write_text(json.dumps(layout, indent=2) + "\n")
 
     keys = state / "keys"
@@ -98,24 +126,12 @@ def up(hosts: list[str], subnet: str, port: int, state: Path) -> dict:
     sh("ip", "link", "add", BRIDGE, "type", "bridge")
     sh("ip", "addr", "add", f"{subnet}.1/24", "dev", BRIDGE)
     sh("ip", "link", "set", BRIDGE, "up")
-
     hosts_file = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
     hosts_file += f"{subnet}.1\tctl\n"
     hosts_file += "".join(f"{address}\t{host}\n" for host, address in addresses.items())
-    known_hosts = []
     for host, address in addresses.items():
-        host_dir = state / "hosts" / host
-        ssh_dir = host_dir / "ssh"
-        ssh_dir.mkdir(parents=True, mode=0o755)
-        (host_dir / "hosts").write_text(hosts_file)
-        # Host keys are made when the host comes up, never shared between hosts.
-        sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"host-{host}",
-           "-f", str(ssh_dir / "ssh_host_ed25519_key"))
-        public = (ssh_dir / "ssh_host_ed25519_key.pub").read_text().split()[:2]
-        known_hosts.append(f"[{host}]:{port},[{address}]:{port} {' '.join(public)}\n")
-        shutil.copy(keys / "authorized_keys", ssh_dir / "authorized_keys")
-        (ssh_dir / "sshd_config").write_text(sshd_config(port))
-
+        (state / "hosts" / host).mkdir(parents=True, mode=0o755)
+        (state / "hosts" / host / "hosts").write_text(hosts_file)
         ns = netns(host)
         sh("ip", "netns", "add", ns)
         sh("ip", "link", "add", f"{ns}0", "type", "veth", "peer", "name", "eth0", "netns", ns)
@@ -124,6 +140,26 @@ def up(hosts: list[str], subnet: str, port: int, state: Path) -> dict:
         sh("ip", "-n", ns, "link", "set", "eth0", "up")
         sh("ip", "-n", ns, "link", "set", "lo", "up")
 
+    if image:
+        layout["image"] = start_image_hosts(image, addresses, port, state, keys, mounts)
+        (state / "cluster.json").write_text(json.dumps(layout, indent=2) + "\n")
+    else:
+        start_plain_hosts(addresses, port, state, keys)
+    wait_for_ssh(list(addresses), state)
+    return layout
+
+
+def start_plain_hosts(addresses: dict, port: int, state: Path, keys: Path) -> None:
+    known_hosts = []
+    for host, address in addresses.items():
+        ssh_dir = state / "hosts" / host / "ssh"
+        ssh_dir.mkdir(mode=0o755)
+        # Host keys are made when the host comes up, never shared between hosts.
+        sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"host-{host}",
+           "-f", str(ssh_dir / "ssh_host_ed25519_key"))
+        public = (ssh_dir / "ssh_host_ed25519_key.pub").read_text().split()[:2]
+        known_hosts.append(f"[{host}]:{port},[{address}]:{port} {' '.join(public)}\n")
+        shutil.copy(keys / "authorized_keys", ssh_dir / "authorized_keys")
     client = ssh_client_config(list(addresses) + list(addresses.values()), port,
                                keys / "id_ed25519")
     for host in addresses:
@@ -134,32 +170,60 @@ def up(hosts: list[str], subnet: str, port: int, state: Path) -> dict:
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation dir
     for host in addresses:
         log = state / "hosts" / host / "sshd.log"
-        sh(*enter_command(host, state, ["/usr/sbin/sshd", "-E", str(log)]))
-    wait_for_ssh(list(addresses), state)
-    return layout
+        # The nodes' sshd_config, with this host's files in place of root's.
+        sh(*enter_command(host, state, [
+            "/usr/sbin/sshd", "-f", str(SSHD_CONFIG), "-p", str(port), "-E", str(log),
+            "-o", "AuthorizedKeysFile=/etc/ssh/authorized_keys",
+            "-o", "PidFile=/etc/ssh/sshd.pid"]))
 
 
-def sshd_config(port: int) -> str:
-    return f"""\
-# sshd of an emulated host: the cluster's key only, on the cluster's port.
-Port {port}
-HostKey /etc/ssh/ssh_host_ed25519_key
-PidFile /etc/ssh/sshd.pid
-AuthorizedKeysFile /etc/ssh/authorized_keys
-PubkeyAuthentication yes
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-PermitEmptyPasswords no
-PermitRootLogin prohibit-password
-UsePAM no
-StrictModes yes
-X11Forwarding no
-AllowTcpForwarding no
-PrintMotd no
-# horovodrun and mpirun open several connections at once.
-MaxStartups 64:30:128
-MaxSessions 64
-"""
+def start_image_hosts(image: str, addresses: dict, port: int, state: Path, keys: Path,
+                      mounts: list[str]) -> dict:
+    """Each host: an overlay over the image's root filesystem, /proc /sys /dev,
+    the cluster keys read-only at /etc/horovod/keys and the --mount binds;
+    then the image's entrypoint, which starts sshd, in the host's namespaces."""
+    lower = sh("podman", "image", "mount", image).stdout.strip()
+    config = json.loads(sh("podman", "image", "inspect", image).stdout)[0]["Config"]
+    spec = {"name": image, "lower": lower, "env": config.get("Env") or [],
+            "workdir": config.get("WorkingDir") or "/", "hosts": list(addresses), "port": port,
+            "entrypoint": config.get("Entrypoint") or []}
+    layout = load_layout(state)
+    layout["image"] = spec
+    (state / "cluster.json").write_text(json.dumps(layout, indent=2) + "\n")
+    binds = [parse_mount(m) for m in mounts]
+    for host in addresses:
+        host_dir = state / "hosts" / host
+        root, upper, work = host_dir / "root", host_dir / "upper", host_dir / "work"
+        for d in (root, upper, work):
+            d.mkdir()
+        sh("mount", "-t", "overlay", "overlay", "-o",
+           f"lowerdir={lower},upperdir={upper},workdir={work}", str(root))
+        shutil.copy(host_dir / "hosts", root / "etc" / "hosts")
+        (root / "etc" / "hostname").write_text(host + "\n")
+        sh("mount", "-t", "proc", "proc", str(root / "proc"))
+        sh("mount", "--rbind", "/sys", str(root / "sys"))
+        sh("mount", "--rbind", "/dev", str(root / "dev"))
+        for source, target, read_only in [(keys, "/etc/horovod/keys", True), *binds]:
+            point = root / target.lstrip("/")
+            point.mkdir(parents=True, exist_ok=True)
+            sh("mount", "--bind", str(source), str(point))
+            if read_only:
+                sh("mount", "-o", "remount,bind,ro", str(point))
+        log = open(host_dir / "container.log", "w")  # noqa: SIM115 - the host keeps it
+        subprocess.Popen(enter_command(host, state, [*spec["entrypoint"], "sleep", "infinity"]),
+                         stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                         start_new_session=True)
+    return spec
+
+
+def parse_mount(text: str) -> tuple[Path, str, bool]:
+    parts = text.split(":")
+    if len(parts) not in (2, 3) or not parts[1].startswith("/") or parts[2:] not in ([], ["ro"]):
+        raise ClusterError(f"--mount wants SRC:DST or SRC:DST:ro with DST absolute, got {text}")
+    source = Path(parts[0]).resolve()
+    if not source.is_dir():
+        raise ClusterError(f"--mount source {source} is not a directory")
+    return source, parts[1], parts[2:] == ["ro"]
 
 
 def ssh_client_config(names: list[str], port: int, identity: Path) -> str:
@@ -214,6 +278,11 @@ def down(state: Path, quiet: bool = False) -> None:
         sh("ip", "netns", "del", ns, check=False)
     sh("ip", "link", "del", BRIDGE, check=False)
     if state.exists():
+        for root in sorted(state.glob("hosts/*/root")):
+            sh("umount", "-R", "-l", str(root), check=False)
+        image = (load_layout(state).get("image") or {}) if (state / "cluster.json").exists() else {}
+        if image:
+            sh("podman", "image", "unmount", image["name"], check=False)
         shutil.rmtree(state)
     if not quiet:
         print(f"emulate_cluster: down ({len(namespaces)} hosts removed)")
@@ -235,6 +304,11 @@ def main(argv: list[str]) -> int:
     start.add_argument("--subnet", default=os.environ.get("EMULATE_SUBNET", DEFAULT_SUBNET),
                        help="first three octets of the private /24 for the hosts")
     start.add_argument("--ssh-port", type=int, default=SSH_PORT)
+    start.add_argument("--image", default=None,
+                       help="run the hosts from this image (podman storage) instead of "
+                            "this machine's files")
+    start.add_argument("--mount", action="append", default=[], metavar="SRC:DST[:ro]",
+                       help="with --image: bind a directory into every host")
     run = commands.add_parser("exec", help="run a command on one host")
     run.add_argument("host")
     run.add_argument("cmd", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
@@ -246,7 +320,9 @@ def main(argv: list[str]) -> int:
         hosts = [h.strip() for h in args.hosts.split(",") if h.strip()]
         if len(set(hosts)) != len(hosts) or not all(h.isalnum() and len(h) <= 8 for h in hosts):
             raise ClusterError(f"--hosts wants distinct short alphanumeric names, got {args.hosts}")
-        layout = up(hosts, args.subnet, args.ssh_port, STATE_DIR)
+        if args.mount and not args.image:
+            raise ClusterError("--mount goes with --image (plain hosts see all files)")
+        layout = up(hosts, args.subnet, args.ssh_port, STATE_DIR, args.image, args.mount)
         print(f"emulate_cluster: up: {', '.join(f'{h}={a}' for h, a in layout['hosts'].items())}"
               f", sshd on port {layout['port']}; run commands with: "
               f"scripts/emulate_cluster.sh exec {hosts[0]} -- COMMAND")

@@ -52,20 +52,76 @@ def cluster_skip_reason() -> str | None:
     return None
 
 
+class EmulatedCluster:
+    """Hosts a and b for the whole session, as plain hosts (this machine's
+    files) or as containers of an image; switching kinds rebuilds them."""
+
+    def __init__(self):
+        self.kind = None
+        self.layout = None
+
+    def ensure(self, *up_args: str) -> dict:
+        if self.kind != up_args:
+            up = subprocess.run([str(EMULATE), "up", *up_args], capture_output=True, text=True,
+                                timeout=300)
+            assert up.returncode == 0, up.stderr
+            state = Path(os.environ.get("EMULATE_STATE_DIR", "/run/horovod-train-cluster"))
+            self.layout = json.loads((state / "cluster.json").read_text())
+            self.kind = up_args
+        return self.layout
+
+    def down(self):
+        subprocess.run([str(EMULATE), "down"], capture_output=True, timeout=300)
+        self.kind = None
+
+
 @pytest.fixture(scope="session")
-def cluster():
-    """Hosts a and b (network namespaces, sshd on 12345), removed afterwards
-    even when tests fail."""
+def emulated():
+    """The emulated cluster's manager; everything is removed at the end of
+    the session, even when tests fail."""
     reason = cluster_skip_reason()
     if reason:
         pytest.skip(reason)
-    up = subprocess.run([str(EMULATE), "up"], capture_output=True, text=True, timeout=120)
-    assert up.returncode == 0, up.stderr
+    manager = EmulatedCluster()
     try:
-        state = Path(os.environ.get("EMULATE_STATE_DIR", "/run/horovod-train-cluster"))
-        yield json.loads((state / "cluster.json").read_text())
+        yield manager
     finally:
-        subprocess.run([str(EMULATE), "down"], capture_output=True, timeout=120)
+        manager.down()
+
+
+@pytest.fixture
+def cluster(emulated) -> dict:
+    """Plain hosts a and b: network namespaces, sshd on 12345."""
+    return emulated.ensure()
+
+
+IMAGE = os.environ.get("HOROVOD_TRAIN_IMAGE", "localhost/horovod-train:cpu")
+
+
+@pytest.fixture(scope="session")
+def image() -> str:
+    """The CPU image that scripts/test.sh builds with scripts/build_image.sh."""
+    if shutil.which("podman") is None:
+        pytest.skip("podman is not installed (scripts/build_image.sh installs it)")
+    if subprocess.run(["podman", "image", "exists", IMAGE]).returncode != 0:
+        pytest.skip(f"no image {IMAGE}: scripts/build_image.sh builds it")
+    return IMAGE
+
+
+@pytest.fixture(scope="session")
+def image_mounts(mnist_dir, tmp_path_factory) -> dict:
+    """Host directories every image host sees: the digits read-only at
+    /data, and /runs for the trainers' outputs."""
+    runs = tmp_path_factory.mktemp("image-runs")
+    return {"data": mnist_dir, "runs": runs}
+
+
+@pytest.fixture
+def image_cluster(emulated, image, image_mounts) -> dict:
+    """Hosts a and b as containers of the image: its entrypoint, its sshd."""
+    return emulated.ensure("--image", image,
+                           "--mount", f"{image_mounts['data']}:/data:ro",
+                           "--mount", f"{image_mounts['runs']}:/runs")
 
 
 def horovod_frameworks() -> set[str]:
