@@ -1,0 +1,106 @@
+"""Run the training image on real hosts and horovodrun from the first.
+
+On each host (reached with your own ssh, as usual) a container of the image
+starts with host networking, its GPUs, a large /dev/shm and the cluster's
+keys mounted read-only; its entrypoint starts sshd on the cluster's port.
+Then horovodrun runs inside the first host's container and reaches the
+others' containers on that port. The containers are stopped at the end
+unless --keep is given.
+
+The keys directory (scripts/cluster_keys.sh) and the data directory must be
+at the same path on every host.
+"""
+
+import argparse
+import shlex
+import subprocess
+import sys
+
+CONTAINER = "horovod-train"
+
+
+class LaunchError(Exception):
+    pass
+
+
+def parse_hosts(text: str) -> list[tuple[str, int]]:
+    """'node1:4,node2:4' -> [('node1', 4), ('node2', 4)]."""
+    hosts = []
+    for item in text.split(","):
+        name, _, slots = item.strip().partition(":")
+        if not name or not slots.isdigit() or int(slots) < 1:
+            raise LaunchError(f"--hosts wants NAME:SLOTS,... with SLOTS >= 1, got {item!r}")
+        hosts.append((name, int(slots)))
+    if len({name for name, _ in hosts}) != len(hosts):
+        raise LaunchError(f"--hosts names a host twice: {text}")
+    return hosts
+
+
+def start_command(args, hosts) -> list[str]:
+    command = [args.engine, "run", "-d", "--rm", "--name", CONTAINER, "--network", "host",
+               "--shm-size", args.shm_size,
+               "-v", f"{args.keys}:/etc/horovod/keys:ro",
+               "-e", f"CLUSTER_HOSTS={' '.join(name for name, _ in hosts)}",
+               "-e", f"SSH_PORT={args.port}"]
+    if args.gpus != "none":
+        command += ["--gpus", args.gpus]
+    if args.data:
+        command += ["-v", f"{args.data}:/data:ro"]
+    return command + [args.image]
+
+
+def train_command(args, hosts) -> list[str]:
+    total = sum(slots for _, slots in hosts)
+    host_list = ",".join(f"{name}:{slots}" for name, slots in hosts)
+    return [args.engine, "exec", CONTAINER, "horovodrun", "-np", str(total), "-H", host_list,
+            "-p", str(args.port), *args.command]
+
+
+def on(host: str, command: list[str]) -> list[str]:
+    return ["ssh", "-o", "BatchMode=yes", host, shlex.join(command)]
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="launch_cluster.sh", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--hosts", required=True, help="NAME:SLOTS,... (slots: GPUs per host)")
+    parser.add_argument("--image", default="horovod-train")
+    parser.add_argument("--keys", required=True, help="cluster key directory on every host")
+    parser.add_argument("--data", help="data directory on every host, mounted at /data")
+    parser.add_argument("--gpus", default="all", help="docker --gpus value, or none")
+    parser.add_argument("--shm-size", default="16g")
+    parser.add_argument("--port", type=int, default=12345, help="the containers' sshd port")
+    parser.add_argument("--engine", default="docker", help="docker or podman on the hosts")
+    parser.add_argument("--keep", action="store_true", help="leave the containers running")
+    parser.add_argument("--dry-run", action="store_true", help="print the commands only")
+    parser.add_argument("command", nargs=argparse.REMAINDER,
+                        help="-- the trainer command, e.g. python horovod_train/pytorch_mnist.py")
+    args = parser.parse_args(argv)
+    args.command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not args.command:
+        raise LaunchError("give the trainer command after --")
+    hosts = parse_hosts(args.hosts)
+
+    steps = [on(name, start_command(args, hosts)) for name, _ in hosts]
+    steps.append(on(hosts[0][0], train_command(args, hosts)))
+    stops = [] if args.keep else [on(name, [args.engine, "stop", CONTAINER]) for name, _ in hosts]
+    if args.dry_run:
+        print("\n".join(shlex.join(step) for step in steps + stops))
+        return 0
+    try:
+        for step in steps[:-1]:
+            subprocess.run(step, check=True, stdout=subprocess.DEVNULL)
+        return subprocess.run(steps[-1]).returncode
+    except subprocess.CalledProcessError as err:
+        raise LaunchError(f"{shlex.join(err.cmd)} exited {err.returncode}") from None
+    finally:
+        for stop in stops:
+            subprocess.run(stop, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except LaunchError as err:
+        print(f"launch_cluster: error: {err}", file=sys.stderr)
+        sys.exit(2)
