@@ -344,11 +344,12 @@ def main(argv: list[str]) -> int:
         parser.error(f"--frameworks takes {', '.join(FRAMEWORKS)}; got {args.frameworks}")
 
     if args.check_only:
-        prefix = probe_python(args.python, [])["prefix"]
-        built = installed_build(Path(prefix) / BUILD_RECORD)
+        info = probe_python(args.python, [])
+        built = installed_build(Path(info["prefix"]) / BUILD_RECORD)
         if not built:
-            raise BuildError(f"no Horovod build recorded in {prefix}; run scripts/setup.sh")
-        print(check_build(args.python, list(built["frameworks"]), built["gpu_ops"]), end="")
+            raise BuildError(f"no Horovod build recorded in {info['prefix']}; run scripts/setup.sh")
+        print(check_build(args.python, list(built["frameworks"]), built["gpu_ops"],
+                          info.get("nccl_home")), end="")
         return 0
     info = probe_python(args.python, args.frameworks)
     inputs, env = plan(args, info)

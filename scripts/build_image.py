@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import build_horovod  # this directory's: the Horovod wheel cache it keeps
+
 REPO = Path(__file__).resolve().parent.parent
 CONSTRAINTS = REPO / "scripts" / "constraints.txt"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "horovod-train"
@@ -51,8 +53,8 @@ def run(*command: str, **kwargs) -> subprocess.CompletedProcess:
 
 def ensure_tools(engine: str, need_debootstrap: bool) -> None:
     """podman/buildah/debootstrap from Debian's packages when missing and root."""
-    missing = [tool for tool, package in ((engine, engine), ("debootstrap", "debootstrap"))
-               if (tool == engine or need_debootstrap) and shutil.which(tool) is None]
+    needed = [engine, "debootstrap"] if need_debootstrap else [engine]
+    missing = [tool for tool in needed if shutil.which(tool) is None]
     if not missing:
         return
     if engine == "docker" or os.geteuid() != 0 or shutil.which("apt-get") is None:
@@ -144,7 +146,8 @@ def build(args) -> None:
         # --force-rm: a failed step leaves no multi-GB working container.
         command += ["--isolation", "chroot", "--layers", "--format", "docker", "--force-rm"]
         check_free_space(engine)
-        wheel_cache = CACHE / "wheels"
+        # The cache that setup.sh fills, wherever HOROVOD_WHEEL_CACHE puts it.
+        wheel_cache = build_horovod.default_cache_dir()
         wheel_cache.mkdir(parents=True, exist_ok=True)
         command += ["-v", f"{wheel_cache}:/root/.cache/horovod-train/wheels"]
         if cpu:

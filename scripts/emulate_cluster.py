@@ -112,7 +112,7 @@ def check_prerequisites(image: str | None) -> None:
 
 
 def up(hosts: list[str], subnet: str, port: int, state: Path, image: str | None = None,
-       mounts: list[str] = ()) -> dict:
+       mounts: list[tuple[Path, str, bool]] = ()) -> dict:
     check_prerequisites(image)
     down(state, quiet=True)
     state.mkdir(parents=True, mode=0o755)
@@ -142,7 +142,6 @@ def up(hosts: list[str], subnet: str, port: int, state: Path, image: str | None 
 
     if image:
         layout["image"] = start_image_hosts(image, addresses, port, state, keys, mounts)
-        (state / "cluster.json").write_text(json.dumps(layout, indent=2) + "\n")
     else:
         start_plain_hosts(addresses, port, state, keys)
     wait_for_ssh(list(addresses), state)
@@ -178,10 +177,11 @@ def start_plain_hosts(addresses: dict, port: int, state: Path, keys: Path) -> No
 
 
 def start_image_hosts(image: str, addresses: dict, port: int, state: Path, keys: Path,
-                      mounts: list[str]) -> dict:
+                      mounts: list[tuple[Path, str, bool]]) -> dict:
     """Each host: an overlay over the image's root filesystem, /proc /sys /dev,
     the cluster keys read-only at /etc/horovod/keys and the --mount binds;
-    then the image's entrypoint, which starts sshd, in the host's namespaces."""
+    then the image's entrypoint, which starts sshd, in the host's namespaces.
+    The image's part of the layout is saved first: entering a host reads it."""
     lower = sh("podman", "image", "mount", image).stdout.strip()
     config = json.loads(sh("podman", "image", "inspect", image).stdout)[0]["Config"]
     spec = {"name": image, "lower": lower, "env": config.get("Env") or [],
@@ -190,7 +190,6 @@ def start_image_hosts(image: str, addresses: dict, port: int, state: Path, keys:
     layout = load_layout(state)
     layout["image"] = spec
     (state / "cluster.json").write_text(json.dumps(layout, indent=2) + "\n")
-    binds = [parse_mount(m) for m in mounts]
     for host in addresses:
         host_dir = state / "hosts" / host
         root, upper, work = host_dir / "root", host_dir / "upper", host_dir / "work"
@@ -203,7 +202,7 @@ def start_image_hosts(image: str, addresses: dict, port: int, state: Path, keys:
         sh("mount", "-t", "proc", "proc", str(root / "proc"))
         sh("mount", "--rbind", "/sys", str(root / "sys"))
         sh("mount", "--rbind", "/dev", str(root / "dev"))
-        for source, target, read_only in [(keys, "/etc/horovod/keys", True), *binds]:
+        for source, target, read_only in [(keys, "/etc/horovod/keys", True), *mounts]:
             point = root / target.lstrip("/")
             point.mkdir(parents=True, exist_ok=True)
             sh("mount", "--bind", str(source), str(point))
@@ -322,7 +321,9 @@ def main(argv: list[str]) -> int:
             raise ClusterError(f"--hosts wants distinct short alphanumeric names, got {args.hosts}")
         if args.mount and not args.image:
             raise ClusterError("--mount goes with --image (plain hosts see all files)")
-        layout = up(hosts, args.subnet, args.ssh_port, STATE_DIR, args.image, args.mount)
+        # Checked before anything is set up.
+        mounts = [parse_mount(m) for m in args.mount]
+        layout = up(hosts, args.subnet, args.ssh_port, STATE_DIR, args.image, mounts)
         print(f"emulate_cluster: up: {', '.join(f'{h}={a}' for h, a in layout['hosts'].items())}"
               f", sshd on port {layout['port']}; run commands with: "
               f"scripts/emulate_cluster.sh exec {hosts[0]} -- COMMAND")

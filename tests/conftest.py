@@ -161,6 +161,12 @@ def on_host(host: str, command: list[str]) -> list[str]:
     return [str(EMULATE), "exec", host, "--", *command]
 
 
+def run_on(host: str, *command: str, timeout: int = 60) -> subprocess.CompletedProcess:
+    """Run a command on an emulated host, its output captured as text."""
+    return subprocess.run(on_host(host, list(command)), capture_output=True, text=True,
+                          timeout=timeout)
+
+
 @dataclass
 class Run:
     returncode: int

@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import EMULATE, on_host
+from conftest import EMULATE, run_on
 
 pytestmark = pytest.mark.cluster
 
@@ -24,33 +24,28 @@ def hosts(host_kind, request) -> dict:
     return request.getfixturevalue("cluster" if host_kind == "plain" else "image_cluster")
 
 
-def on(host: str, *command: str, timeout: int = 60) -> subprocess.CompletedProcess:
-    return subprocess.run(on_host(host, list(command)), capture_output=True, text=True,
-                          timeout=timeout)
-
-
 def test_each_host_has_its_own_name_resolving_to_its_address(hosts):
     for host, address in hosts["hosts"].items():
-        assert on(host, "hostname").stdout.strip() == host
+        assert run_on(host, "hostname").stdout.strip() == host
         for other, other_address in hosts["hosts"].items():
-            resolved = on(host, "getent", "hosts", other).stdout.split()
+            resolved = run_on(host, "getent", "hosts", other).stdout.split()
             assert resolved[0] == other_address
-        assert address in on(host, "ip", "-brief", "addr", "show", "eth0").stdout
+        assert address in run_on(host, "ip", "-brief", "addr", "show", "eth0").stdout
 
 
 def test_hosts_reach_each_other_by_ssh_with_the_cluster_key(hosts):
-    assert on("a", "ssh", "b", "hostname").stdout.strip() == "b"
-    assert on("b", "ssh", "a", "hostname").stdout.strip() == "a"
+    assert run_on("a", "ssh", "b", "hostname").stdout.strip() == "b"
+    assert run_on("b", "ssh", "a", "hostname").stdout.strip() == "a"
 
 
 def test_hosts_reach_only_the_cluster_network(hosts):
-    routes = on("a", "ip", "route").stdout
+    routes = run_on("a", "ip", "route").stdout
     assert "default" not in routes
     assert routes.strip().startswith(hosts["bridge_address"].rsplit(".", 1)[0] + ".0/24")
 
 
 def test_password_login_is_refused(hosts):
-    result = on("a", "ssh", "-o", "PubkeyAuthentication=no",
+    result = run_on("a", "ssh", "-o", "PubkeyAuthentication=no",
                 "-o", "PreferredAuthentications=password,keyboard-interactive", "b", "true")
     assert result.returncode == 255
     assert "Permission denied (publickey)" in result.stderr
@@ -58,7 +53,7 @@ def test_password_login_is_refused(hosts):
 
 def test_a_key_that_is_not_the_clusters_is_refused(hosts):
     """A fresh key made on host a, offered alone to b's sshd."""
-    result = on("a", "sh", "-c",
+    result = run_on("a", "sh", "-c",
                 "rm -f /tmp/stranger /tmp/stranger.pub && "
                 "ssh-keygen -q -t ed25519 -N '' -f /tmp/stranger && "
                 "ssh -F none -i /tmp/stranger -o IdentitiesOnly=yes -o BatchMode=yes "
@@ -68,7 +63,7 @@ def test_a_key_that_is_not_the_clusters_is_refused(hosts):
 
 
 def test_host_keys_differ_between_hosts(hosts):
-    keys = {host: on(host, "cat", "/etc/ssh/ssh_host_ed25519_key.pub").stdout.split()[1]
+    keys = {host: run_on(host, "cat", "/etc/ssh/ssh_host_ed25519_key.pub").stdout.split()[1]
             for host in hosts["hosts"]}
     assert len(set(keys.values())) == len(keys)
 
@@ -92,7 +87,7 @@ def test_down_removes_everything_and_up_restores(cluster):
 
     up = subprocess.run([str(EMULATE), "up"], capture_output=True, text=True, timeout=120)
     assert up.returncode == 0, up.stderr
-    assert on("a", "ssh", "b", "hostname").stdout.strip() == "b"
+    assert run_on("a", "ssh", "b", "hostname").stdout.strip() == "b"
 
 
 def test_exec_on_an_unknown_host_is_one_line(cluster):

@@ -10,7 +10,7 @@ import subprocess
 import tarfile
 
 import pytest
-from conftest import BIN, REPO, Run, assert_trained, on_host
+from conftest import BIN, REPO, Run, assert_trained, run_on
 
 DOCKERFILE = REPO / "docker" / "Dockerfile"
 
@@ -35,23 +35,19 @@ def test_every_base_image_argument_has_a_default():
     assert re.search(r"^ARG GCC_VERSION=12$", text, flags=re.M)
 
 
-def in_image(*command: str, timeout: int = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(on_host("a", list(command)), capture_output=True, text=True,
-                          timeout=timeout)
-
-
 @pytest.mark.cluster
 def test_image_has_horovod_for_three_frameworks_and_mpi4py(image_cluster):
-    report = in_image("horovodrun", "--check-build").stdout
+    report = run_on("a", "horovodrun", "--check-build", timeout=120).stdout
     for line in ("[X] TensorFlow", "[X] PyTorch", "[X] MXNet", "[X] MPI", "[X] Gloo"):
         assert line in report, report
-    mpi4py = in_image("python", "-c", "from mpi4py import MPI; print(MPI.Get_library_version())")
+    mpi4py = run_on("a", "python", "-c", "from mpi4py import MPI; print(MPI.Get_library_version())",
+                    timeout=120)
     assert "Open MPI" in mpi4py.stdout, mpi4py.stderr
 
 
 @pytest.mark.cluster
 def test_image_compiler_was_the_pinned_one(image_cluster):
-    record = json.loads(in_image("cat", "/opt/venv/horovod-build.json").stdout)
+    record = json.loads(run_on("a", "cat", "/opt/venv/horovod-build.json", timeout=120).stdout)
     assert re.search(r"\) 12\.\d+\.\d+$", record["compiler"]), record["compiler"]
 
 
@@ -61,7 +57,7 @@ def test_mission_command_inside_the_image_across_two_hosts(image_cluster, image_
     command = ["horovodrun", "-np", "4", "-H", "a:2,b:2", "-p", "12345", "python",
                "horovod_train/pytorch_mnist.py", "--data-dir", "/data", "--no-download",
                "--epochs", "3", "--no-progress", "--log-dir", "/runs/mission"]
-    result = in_image(*command, timeout=600)
+    result = run_on("a", *command, timeout=600)
     run = Run(result.returncode, result.stdout + result.stderr, image_mounts["runs"] / "mission")
     # No controller flag, as written: horovodrun picks MPI, since the image's
     # Horovod is built with it and its mpirun reaches the other container.
