@@ -66,13 +66,31 @@ def ensure_tools(engine: str, need_debootstrap: bool) -> None:
         env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"}, stdout=subprocess.DEVNULL)
 
 
-def image_exists(engine: str, image: str) -> bool:
-    return subprocess.run([engine, "image", "inspect", image], capture_output=True).returncode == 0
+def image_id(engine: str, image: str) -> str | None:
+    found = subprocess.run([engine, "image", "inspect", "--format", "{{.Id}}", image],
+                           capture_output=True, text=True)
+    return found.stdout.strip() if found.returncode == 0 else None
+
+
+def remove_superseded(engine: str, image: str) -> None:
+    """Remove an untagged image of an earlier build and the untagged parents
+    only it used (its step images, which share its multi-GB layers); stops at
+    anything tagged or still used by another image or a container."""
+    while image:
+        found = subprocess.run([engine, "image", "inspect", "--format",
+                                "{{len .RepoTags}} {{.Parent}}", image],
+                               capture_output=True, text=True)
+        if found.returncode != 0:
+            return
+        tags, _, parent = found.stdout.strip().partition(" ")
+        if tags != "0" or subprocess.run([engine, "rmi", image], capture_output=True).returncode:
+            return
+        image = parent
 
 
 def debian_base(engine: str) -> str:
     """Debian bookworm as a local image, made with debootstrap (no registry)."""
-    if image_exists(engine, DEBIAN_BASE):
+    if image_id(engine, DEBIAN_BASE):
         return DEBIAN_BASE
     log(f"making {DEBIAN_BASE} with debootstrap (about a minute)")
     with tempfile.TemporaryDirectory(prefix="debian-base-") as tmp:
@@ -116,7 +134,9 @@ def check_free_space(engine: str) -> None:
     """A build from scratch peaks at ~32 GB (the venv layer, ~8 GB, is in the
     builder, copied to the final stage, and unpacked while each is committed);
     a build that reuses its layers needs little. Too little even for that is
-    an error; less than a cold build needs is a warning."""
+    an error; less than a cold build needs is a warning. A rebuild removes
+    the images it supersedes as soon as they are, so storage holds one
+    generation of them (~17 GB) between builds."""
     root = subprocess.run([engine, "info", "--format", "{{.Store.GraphRoot}}"],
                           capture_output=True, text=True, check=True).stdout.strip()
     free = shutil.disk_usage(root).free / 1e9
@@ -155,14 +175,23 @@ def build(args) -> None:
     started = time.monotonic()
     log(" ".join(command + [str(REPO)]))
     # The builder stage gets a tag of its own: its layers are the cache of the
-    # next build, and pruning below must not take them.
+    # next build.
+    builder_tag = f"{args.tag}-builder"
     builder = command.copy()
-    builder[builder.index(args.tag)] = f"{args.tag}-builder"
+    builder[builder.index(args.tag)] = builder_tag
+    old_builder, old_final = image_id(engine, builder_tag), image_id(engine, args.tag)
     run(*builder, "--target", "builder", str(REPO))
+    if old_builder and image_id(engine, builder_tag) != old_builder:
+        # A new builder means a new venv to copy: the old final image can't be
+        # reused. Both go before the final stage is built (~8 GB each).
+        log("the builder changed: removing the images it supersedes")
+        remove_superseded(engine, old_builder)
+        if old_final:
+            run(engine, "untag", old_final, stdout=subprocess.DEVNULL)
+            remove_superseded(engine, old_final)
     run(*command, str(REPO))
-    if engine == "podman":
-        # Earlier builds of these tags, now untagged: several GB each.
-        run(engine, "image", "prune", "-f", stdout=subprocess.DEVNULL)
+    if old_final and image_id(engine, args.tag) != old_final:
+        remove_superseded(engine, old_final)
     info = json.loads(subprocess.run([engine, "image", "inspect", args.tag], capture_output=True,
                                      text=True, check=True).stdout)[0]
     log(f"built {args.tag} in {(time.monotonic() - started) / 60:.1f} min, "
