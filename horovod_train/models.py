@@ -53,11 +53,32 @@ class HorovodExampleNet(nn.Module):
         return self.fc2(x)
 
 
-MODELS = {"mnist_cnn": MnistCNN, "horovod_example": HorovodExampleNet}
+def resnet(depth: int):
+    """torchvision's ResNet, the standard workload of scaling claims; for
+    synthetic images only (3 channels, 1000 classes)."""
+
+    def build() -> nn.Module:
+        import torchvision  # only the benchmarks need it
+
+        return getattr(torchvision.models, f"resnet{depth}")(num_classes=1000)
+
+    return build
+
+
+MODELS = {"mnist_cnn": MnistCNN, "horovod_example": HorovodExampleNet,
+          "resnet18": resnet(18), "resnet50": resnet(50)}
+MNIST_MODELS = ("mnist_cnn", "horovod_example")
 
 
 def build_model(name: str) -> nn.Module:
     return MODELS[name]()
+
+
+def input_shape(name: str, image_size: int) -> tuple[tuple[int, ...], int]:
+    """(channels, height, width) of one input image, and the classes."""
+    if name in MNIST_MODELS:
+        return (1, 28, 28), 10
+    return (3, image_size, image_size), 1000
 
 
 def convert_sync_batchnorm(module: nn.Module, sync_bn_class: type[nn.Module]) -> nn.Module:

@@ -78,3 +78,27 @@ def finish(args: argparse.Namespace) -> argparse.Namespace:
     if args.checkpoint_dir is None:
         args.checkpoint_dir = args.log_dir / "checkpoints"
     return args
+
+
+def add_benchmark_options(parser: argparse.ArgumentParser) -> None:
+    """Throughput mode: timed steps instead of epochs (see benchmark.py)."""
+    bench = parser.add_argument_group("benchmark")
+    bench.add_argument("--benchmark-steps", type=positive_int, default=None, metavar="N",
+                       help="time N training steps instead of training for epochs; no "
+                            "evaluation or checkpoints; writes LOG_DIR/benchmark.json")
+    bench.add_argument("--warmup-steps", type=non_negative_int, default=5,
+                       help="untimed steps before the timed ones")
+    bench.add_argument("--synthetic", action="store_true",
+                       help="random images made once on the device instead of MNIST "
+                            "(the only input of the resnet models)")
+    bench.add_argument("--image-size", type=positive_int, default=224,
+                       help="height and width of the synthetic images of the resnet models")
+
+
+def check_benchmark(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                    mnist_models: tuple[str, ...]) -> None:
+    """Combinations that cannot work, as usage errors (exit 2)."""
+    if args.benchmark_steps is None and (args.synthetic or args.model not in mnist_models):
+        parser.error("--synthetic and the resnet models are for --benchmark-steps runs only")
+    if args.model not in mnist_models and not args.synthetic:
+        parser.error(f"--model {args.model} takes synthetic images only: add --synthetic")

@@ -3,7 +3,8 @@
     horovodrun -np 4 -H a:2,b:2 python horovod_train/pytorch_mnist.py --data-dir data
 
 Every rank runs this file; rank 0 prints, writes metrics, TensorBoard logs,
-checkpoints and summary.json under --log-dir.
+checkpoints and summary.json under --log-dir. With --benchmark-steps it
+times that many steps instead (benchmarks/run_matrix.sh runs it so).
 """
 
 import sys
@@ -16,7 +17,7 @@ if __package__ in (None, ""):
 
 from horovod_train import options  # noqa: E402
 from horovod_train.errors import run_main  # noqa: E402
-from horovod_train.models import MODELS  # noqa: E402
+from horovod_train.models import MNIST_MODELS, MODELS  # noqa: E402
 
 
 def parse_args(argv: list[str]):
@@ -29,7 +30,10 @@ def parse_args(argv: list[str]):
                                help="batch-norm statistics over all ranks (hvd.SyncBatchNorm)")
     torch_options.add_argument("--num-workers", type=options.non_negative_int, default=None,
                                help="DataLoader worker processes (default: 2 on GPU, 0 on CPU)")
-    return options.finish(parser.parse_args(argv))
+    options.add_benchmark_options(parser)
+    args = parser.parse_args(argv)
+    options.check_benchmark(parser, args, MNIST_MODELS)
+    return options.finish(args)
 
 
 def main() -> int:
@@ -37,7 +41,10 @@ def main() -> int:
     # Imported after parsing, so --help and option errors answer at once.
     from horovod_train import train_torch
 
-    train_torch.run(args)
+    if args.benchmark_steps:
+        train_torch.benchmark(args)
+    else:
+        train_torch.run(args)
     return 0
 
 

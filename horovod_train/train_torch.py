@@ -12,9 +12,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from horovod_train import checkpoint, distributed, lr_schedule, metrics, torch_data
+from horovod_train import benchmark as benchmark_loop
+from horovod_train import checkpoint, distributed, lr_schedule, metrics, mnist, torch_data
 from horovod_train.errors import UserError
-from horovod_train.models import build_model, convert_sync_batchnorm
+from horovod_train.models import build_model, convert_sync_batchnorm, input_shape
 
 
 def init(use_cuda: bool, threads: int | None, seed: int) -> tuple[distributed.Runtime,
@@ -221,3 +222,46 @@ def evaluate(model, loader, device, amp_dtype) -> dict:
         count += len(labels)
     loss_sum, correct, count = sum_across_ranks([loss_sum, correct, count], "eval")
     return {"test_loss": loss_sum / count, "test_accuracy": correct / count}
+
+
+def benchmark(args: argparse.Namespace) -> dict:
+    """Time --benchmark-steps training steps (after --warmup-steps) with
+    Horovod; rank 0 writes every rank's figures to LOG_DIR/benchmark.json."""
+    rt, device = init(use_cuda=not args.no_cuda, threads=args.threads, seed=args.seed)
+    distributed.check_all_ranks(hvd, lambda: rt.is_root and metrics.prepare_output_dirs(
+        args.log_dir, args.log_dir), "dirs")
+    model = build_model(args.model).to(device)
+    if args.synthetic:
+        shape, classes = input_shape(args.model, args.image_size)
+        batches = benchmark_loop.synthetic_batches(args.batch_size, shape, classes, device)
+    else:
+        train_split = distributed.check_all_ranks(
+            hvd, lambda: mnist.load_train_test(args.data_dir, download=not args.no_download)[0],
+            "data")
+        loader, _ = torch_data.train_loader(torch_data.MnistTensors(train_split),
+                                            args.batch_size, rt.rank, rt.size, args.seed,
+                                            workers=0, pin_memory=False)
+        batches = benchmark_loop.loader_batches(loader, device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
+    optimizer = hvd.DistributedOptimizer(
+        optimizer, named_parameters=model.named_parameters(),
+        compression=hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    model.train()
+    mine = benchmark_loop.time_steps(benchmark_loop.horovod_step(model, optimizer, batches),
+                                     args.warmup_steps, args.benchmark_steps, args.batch_size,
+                                     device)
+    per_rank = hvd.allgather_object(mine, name="benchmark")
+    record = benchmark_loop.summarize(per_rank, {
+        "launcher": "horovod", "controller": rt.controller, "model": args.model,
+        "workload": "synthetic" if args.synthetic else "mnist", "device": device.type,
+        "batch_per_rank": args.batch_size, "warmup_steps": args.warmup_steps,
+        "steps": args.benchmark_steps, "threads_per_rank": rt.threads,
+        "fp16_allreduce": args.fp16_allreduce,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "gradient_bytes": benchmark_loop.gradient_bytes(model, args.fp16_allreduce),
+    }, measures_allreduce=True)
+    if rt.is_root:
+        benchmark_loop.write_result(args.log_dir, record)
+        print(benchmark_loop.format_result(record), flush=True)
+    return record

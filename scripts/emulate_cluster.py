@@ -18,7 +18,10 @@ Run it through scripts/emulate_cluster.sh (needs root):
     exec HOST -- CMD...     run CMD as if logged in on HOST (cwd and env kept
                             for plain hosts; the image's WORKDIR and ENV for
                             image hosts)
-    status                  show the hosts
+    status                  show the hosts (and the link's shaping)
+    shape --rate 1gbit [--delay 1ms] | --off
+                            limit every host's link (tc: tbf for the rate,
+                            netem for a delay where the kernel has it)
     down                    stop everything and remove all state
 
 Why hostnames matter: Horovod's Gloo rendezvous resolves each host's own
@@ -287,11 +290,63 @@ def down(state: Path, quiet: bool = False) -> None:
         print(f"emulate_cluster: down ({len(namespaces)} hosts removed)")
 
 
+RATE_UNITS = {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
+
+
+def parse_rate(text: str) -> float:
+    """'1gbit', '100mbit', '500kbit' -> bits per second."""
+    for unit, scale in RATE_UNITS.items():
+        if text.lower().endswith(unit):
+            try:
+                value = float(text[: -len(unit)])
+            except ValueError:
+                break
+            if value > 0:
+                return value * scale
+    raise ClusterError(f"--rate {text!r}: give a rate such as 100mbit, 1gbit or 10gbit")
+
+
+def shape(state: Path, rate: str | None, delay: str | None) -> None:
+    """Limit each host's egress (so each direction of every pair) to `rate`,
+    with tbf; a delay needs netem, which some kernels lack. Without rate or
+    delay, remove the limits."""
+    layout = load_layout(state)
+    for host in layout["hosts"]:
+        sh("tc", "-n", netns(host), "qdisc", "del", "dev", "eth0", "root", check=False)
+    if not rate and not delay:
+        layout.pop("shaping", None)
+    else:
+        for host in layout["hosts"]:
+            shape_host(netns(host), rate, delay)
+        layout["shaping"] = {"rate": rate, "delay": delay}
+    (state / "cluster.json").write_text(json.dumps(layout, indent=2) + "\n")
+
+
+def shape_host(ns: str, rate: str | None, delay: str | None) -> None:
+    if delay:
+        netem = ["tc", "-n", ns, "qdisc", "add", "dev", "eth0", "root", "handle", "1:",
+                 "netem", "delay", delay, "limit", "100000"]
+        result = sh(*netem, check=False)
+        if result.returncode != 0:
+            raise ClusterError(f"tc netem failed ({result.stderr.strip()}): this kernel may "
+                               "lack netem; shape with --rate alone")
+    if rate:
+        bits = parse_rate(rate)
+        # The bucket must hold the largest (GSO) packet, 64 KiB, and a tick's
+        # worth of bytes at this rate; tbf drops anything larger.
+        burst = max(256 * 1024, int(bits / 8 / 250))
+        parent = ["parent", "1:1"] if delay else ["root"]
+        sh("tc", "-n", ns, "qdisc", "add", "dev", "eth0", *parent, "handle", "2:", "tbf",
+           "rate", rate, "burst", str(burst), "latency", "50ms")
+
+
 def status(state: Path) -> None:
     layout = load_layout(state)
     for host, address in layout["hosts"].items():
         alive = sh("ip", "netns", "pids", netns(host), check=False).stdout.split()
         print(f"{host}\t{address}\tport {layout['port']}\t{len(alive)} processes")
+    if layout.get("shaping"):
+        print(f"link shaped: {json.dumps(layout['shaping'])}")
 
 
 def main(argv: list[str]) -> int:
@@ -312,6 +367,10 @@ def main(argv: list[str]) -> int:
     run.add_argument("host")
     run.add_argument("cmd", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
     commands.add_parser("status", help="list the hosts")
+    limit = commands.add_parser("shape", help="limit the hosts' links (tc), or --off")
+    limit.add_argument("--rate", default=None, help="e.g. 1gbit, 10gbit, 100mbit")
+    limit.add_argument("--delay", default=None, help="one-way delay, e.g. 1ms (needs netem)")
+    limit.add_argument("--off", action="store_true", help="remove the limits")
     commands.add_parser("down", help="remove the hosts and all state")
     args = parser.parse_args(argv)
 
@@ -338,6 +397,14 @@ def main(argv: list[str]) -> int:
         os.execvp(argv_[0], argv_)
     elif args.command == "status":
         status(STATE_DIR)
+    elif args.command == "shape":
+        if args.off == bool(args.rate or args.delay):
+            raise ClusterError("shape needs --rate and/or --delay, or --off")
+        if args.rate:
+            parse_rate(args.rate)  # checked before anything changes
+        shape(STATE_DIR, args.rate, args.delay)
+        limits = f"rate {args.rate or 'unlimited'}, delay {args.delay or 'none'}"
+        print(f"emulate_cluster: link {'unshaped' if args.off else 'shaped: ' + limits}")
     else:
         down(STATE_DIR)
     return 0

@@ -95,3 +95,33 @@ def test_exec_on_an_unknown_host_is_one_line(cluster):
                             text=True, timeout=60)
     assert result.returncode == 1
     assert result.stderr.strip() == "emulate_cluster: error: no host 'z'; hosts are a, b"
+
+
+def test_shape_limits_each_hosts_link_and_off_removes_it(cluster):
+    try:
+        shaped = subprocess.run([str(EMULATE), "shape", "--rate", "1gbit"], capture_output=True,
+                                text=True, timeout=60)
+        assert shaped.returncode == 0, shaped.stderr
+        for host in cluster["hosts"]:
+            qdisc = subprocess.run(["tc", "-n", f"hvt-{host}", "qdisc", "show", "dev", "eth0"],
+                                   capture_output=True, text=True, timeout=30).stdout
+            assert "tbf" in qdisc and "rate 1Gbit" in qdisc, qdisc
+        status = subprocess.run([str(EMULATE), "status"], capture_output=True, text=True,
+                                timeout=30)
+        assert '"rate": "1gbit"' in status.stdout
+    finally:
+        off = subprocess.run([str(EMULATE), "shape", "--off"], capture_output=True, text=True,
+                             timeout=60)
+    assert off.returncode == 0, off.stderr
+    qdisc = subprocess.run(["tc", "-n", "hvt-a", "qdisc", "show", "dev", "eth0"],
+                           capture_output=True, text=True, timeout=30).stdout
+    assert "tbf" not in qdisc
+
+
+@pytest.mark.parametrize("argv", [["--rate", "fast"], ["--rate", "0gbit"], []])
+def test_shape_with_a_bad_rate_is_one_line(cluster, argv):
+    result = subprocess.run([str(EMULATE), "shape", *argv], capture_output=True, text=True,
+                            timeout=30)
+    assert result.returncode != 0
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert result.stderr.startswith("emulate_cluster")

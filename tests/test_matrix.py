@@ -1,0 +1,149 @@
+"""benchmarks/run_matrix.sh: every layout gets a row (a failed one with its
+reason), totals and efficiencies follow from the measurements, and all four
+files are written. The tiny matrix runs for real on the emulated hosts."""
+
+import csv
+import importlib.util
+import json
+import subprocess
+
+import pytest
+from conftest import BIN, REPO
+
+RUN_MATRIX = REPO / "benchmarks" / "run_matrix.sh"
+spec = importlib.util.spec_from_file_location("matrix", REPO / "benchmarks" / "matrix.py")
+matrix = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(matrix)
+
+
+def run_matrix(*argv: str, timeout: int = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([str(RUN_MATRIX), *argv], cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout, env={"PYTHON": str(BIN / "python"),
+                                                "PATH": f"{BIN}:/usr/sbin:/usr/bin:/sbin:/bin"})
+
+
+def fake_run(layout: str, launcher: str, rate: float, repeat: int = 0, **extra) -> dict:
+    nodes, per_node = (int(x) for x in layout.split("x"))
+    return {"layout": layout, "nodes": nodes, "ranks_per_node": per_node,
+            "ranks": nodes * per_node, "launcher": launcher, "repeat": repeat, "status": "ok",
+            "reason": None, "oversubscribed": False, "images_per_sec": rate,
+            "step_time_s": 0.1, "allreduce_time_s": 0.01 if launcher == "horovod" else None,
+            **extra}
+
+
+def test_speedup_and_efficiency_are_against_one_rank_of_the_same_launcher():
+    runs = [fake_run("1x1", "horovod", 100.0), fake_run("1x2", "horovod", 180.0),
+            fake_run("2x2", "horovod", 300.0), fake_run("1x1", "ddp", 120.0),
+            fake_run("1x2", "ddp", 150.0), fake_run("2x2", "ddp", 240.0)]
+    rows = matrix.summarize(runs, [(1, 1), (1, 2), (2, 2)], ["horovod", "ddp"])
+    by = {(r["layout"], r["launcher"]): r for r in rows}
+    assert by["2x2", "horovod"]["speedup"] == pytest.approx(3.0)
+    assert by["2x2", "horovod"]["efficiency"] == pytest.approx(0.75)
+    assert by["1x2", "ddp"]["efficiency"] == pytest.approx(150 / (2 * 120))
+    assert by["2x2", "horovod"]["images_per_sec_per_rank"] == pytest.approx(75.0)
+    table = matrix.markdown_table(rows, ["horovod", "ddp"])
+    assert "| 2x2 | 4 | 300.0 | 75.0 | 3.00 | 75% | 10.0 | 240.0 | 60.0 | 2.00 | 50% | 1.25 |" \
+        in table
+
+
+def test_the_median_of_repeats_counts_and_spread_is_flagged():
+    runs = [fake_run("1x1", "horovod", r, repeat=i) for i, r in enumerate([100, 50, 104])]
+    [row] = matrix.summarize(runs, [(1, 1)], ["horovod"])
+    assert row["images_per_sec"] == 100
+    assert row["high_variance"] is True
+    assert "high variance" in matrix.notes(row)
+
+
+def test_failed_and_oversubscribed_layouts_are_marked():
+    runs = [fake_run("1x1", "horovod", 100.0),
+            fake_run("1x2", "horovod", 150.0, oversubscribed=True),
+            {**fake_run("2x4", "horovod", 0.0), "status": "failed",
+             "reason": "no hostfile hostfiles/2x4"}]
+    rows = matrix.summarize(runs, [(1, 1), (1, 2), (2, 4)], ["horovod"])
+    table = matrix.markdown_table(rows, ["horovod"])
+    assert "oversubscribed" in table.splitlines()[3]
+    assert "| 2x4 | 8 | n/a |" in table and "failed: no hostfile hostfiles/2x4" in table
+
+
+def test_a_layout_needs_its_slots(tmp_path):
+    (tmp_path / "2x4").write_text("a slots=4\nb slots=2\n")
+    (tmp_path / "2x2").write_text("# two nodes\na slots=4\nb slots=2\nc slots=2\n")
+    with pytest.raises(matrix.MatrixError, match="b has 2 slots, the layout needs 4"):
+        matrix.layout_hosts(2, 4, None, tmp_path)
+    with pytest.raises(matrix.MatrixError, match="no hostfile"):
+        matrix.layout_hosts(1, 2, None, tmp_path)
+    assert matrix.layout_hosts(2, 2, None, tmp_path) == ["a", "b"]
+    assert matrix.layout_hosts(2, 4, ["x", "y", "z"], tmp_path) == ["x", "y"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--layouts", "2y2"], "want NODESxGPUS"),
+    (["--layouts", "0x2"], "want NODESxGPUS"),
+    (["--launchers", "mpi"], "choose from horovod, ddp"),
+    (["--link-rate", "1gbit"], "add --emulate"),
+    (["--steps", "0"], "--steps must be at least 1"),
+])
+def test_bad_options_exit_2_with_one_error_line(argv, message):
+    result = run_matrix(*argv, timeout=60)
+    assert result.returncode == 2
+    assert message in result.stderr.splitlines()[-1]
+
+
+@pytest.mark.slow
+def test_unrunnable_layouts_get_a_row_with_the_reason_and_the_rest_run(mnist_dir, tmp_path):
+    # 127.0.0.2 on port 1: loopback, and nothing listens there.
+    result = run_matrix("--hosts", "localhost,127.0.0.2", "--ssh-port", "1",
+                        "--layouts", "1x1,2x1,2x2", "--launchers", "horovod", "--repeats", "1",
+                        "--steps", "2", "--warmup-steps", "1", "--batch-size", "16",
+                        "--data-dir", str(mnist_dir), "--out-dir", str(tmp_path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = {r["layout"]: r for r in json.loads((tmp_path / "results.json").read_text())["rows"]}
+    assert rows["1x1"]["status"] == "ok"
+    assert rows["2x1"]["status"] == "failed"
+    assert "host 127.0.0.2 unreachable over ssh" in rows["2x1"]["reason"]
+    assert "refused" in rows["2x1"]["reason"]
+    assert rows["2x2"]["status"] == "failed"
+    table = (tmp_path / "scaling.md").read_text()
+    assert "failed: host 127.0.0.2 unreachable" in table
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
+def test_tiny_matrix_on_the_emulated_hosts(cluster, mnist_dir, tmp_path):
+    result = run_matrix("--emulate", "--layouts", "1x1,1x2,2x2", "--repeats", "2",
+                        "--steps", "4", "--warmup-steps", "1", "--batch-size", "32",
+                        "--data-dir", str(mnist_dir), "--out-dir", str(tmp_path))
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    for name in ("results.json", "scaling.csv", "scaling.md", "scaling.png"):
+        assert (tmp_path / name).stat().st_size > 0, name
+    assert (tmp_path / "scaling.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["environment"]["git_commit"]
+    assert results["settings"]["gradient_bytes"] == 4 * results["settings"]["parameters"]
+
+    runs = results["runs"]
+    assert len(runs) == 3 * 2 * 2  # layouts x launchers x repeats
+    for run in runs:
+        assert run["status"] == "ok", run["reason"]
+        assert len(run["per_rank"]) == run["ranks"]
+        assert run["images_per_sec"] == pytest.approx(
+            sum(r["images_per_sec"] for r in run["per_rank"]))
+        hosts = sorted(r["host"] for r in run["per_rank"])
+        expected = {"1x1": ["a"], "1x2": ["a", "a"], "2x2": ["a", "a", "b", "b"]}
+        assert hosts == expected[run["layout"]], run
+    rows = results["rows"]
+    assert {(r["layout"], r["launcher"]) for r in rows} == {
+        (layout, launcher) for layout in ("1x1", "1x2", "2x2") for launcher in ("horovod", "ddp")}
+    for launcher in ("horovod", "ddp"):
+        base = next(r for r in rows if r["launcher"] == launcher and r["ranks"] == 1)
+        for row in (r for r in rows if r["launcher"] == launcher):
+            assert row["efficiency"] == pytest.approx(
+                row["images_per_sec"] / (row["ranks"] * base["images_per_sec"]))
+    # Two emulated hosts share this machine's cores: 2x2 is 4 ranks on them.
+    cores = results["environment"]["cpu_cores"]
+    assert all(r["oversubscribed"] == (r["ranks"] > cores) for r in rows)
+    with open(tmp_path / "scaling.csv") as f:
+        assert len(list(csv.DictReader(f))) == len(rows)
+    table = (tmp_path / "scaling.md").read_text()
+    assert all(f"| {layout} |" in table for layout in ("1x1", "1x2", "2x2"))
+    assert "Horovod / DDP" in table
