@@ -100,12 +100,16 @@ def main() -> int:
         if rank == 0:
             benchmark.write_result(args.log_dir, record)
             print(benchmark.format_result(record), flush=True)
-        # Every rank done with its collectives before any tears gloo down:
-        # a rank that leaves early can abort a peer still closing its pairs.
-        dist.barrier()
-    finally:
+    except BaseException:
         dist.destroy_process_group()
-    return 0
+        raise
+    # Every rank is done with its collectives; then leave without tearing
+    # gloo down: its teardown at exit can abort a process ("terminate called
+    # without an active exception") after the measurement was written.
+    dist.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
