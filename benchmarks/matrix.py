@@ -125,6 +125,12 @@ def horovod_command(args, hosts: list[str], per_node: int, run_dir: Path) -> lis
                "-H", ",".join(f"{h}:{per_node}" for h in hosts), "-p", str(args.ssh_port)]
     if args.controller:
         command.append(f"--{args.controller}")
+    # Horovod's tensor fusion: gradients are batched into buffers of up to
+    # this many MB, sent once per cycle; 0 sends each tensor on its own.
+    if args.fusion_threshold_mb is not None:
+        command += ["--fusion-threshold-mb", str(args.fusion_threshold_mb)]
+    if args.cycle_time_ms is not None:
+        command += ["--cycle-time-ms", str(args.cycle_time_ms)]
     command += [sys.executable, str(TRAINER), *workload_args(args, run_dir)]
     if args.fp16_allreduce:
         command.append("--fp16-allreduce")
@@ -496,7 +502,9 @@ def settings(args) -> dict:
             "batch_per_rank": args.batch_size, "warmup_steps": args.warmup_steps,
             "steps": args.steps, "repeats": args.repeats, "device": args.device,
             "launchers": args.launchers, "controller": args.controller,
-            "fp16_allreduce": args.fp16_allreduce, "emulate": args.emulate,
+            "fp16_allreduce": args.fp16_allreduce,
+            "fusion_threshold_mb": args.fusion_threshold_mb, "cycle_time_ms": args.cycle_time_ms,
+            "emulate": args.emulate,
             "network": ({"rate": args.link_rate, "delay": args.link_delay}
                         if args.link_rate or args.link_delay else None),
             "parameters": None, "gradient_bytes": None}
@@ -561,7 +569,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--data-dir", type=Path, default=REPO / "data")
     parser.add_argument("--controller", choices=["gloo", "mpi"], default=None,
                         help="horovodrun's controller (default: its own choice)")
-    parser.add_argument("--fp16-allreduce", action="store_true")
+    parser.add_argument("--fp16-allreduce", action="store_true",
+                        help="compress gradients to fp16 for the allreduce (Horovod runs)")
+    parser.add_argument("--fusion-threshold-mb", type=int, default=None, metavar="MB",
+                        help="Horovod's tensor fusion buffer (horovodrun's default 128; "
+                             "0 turns fusion off)")
+    parser.add_argument("--cycle-time-ms", type=float, default=None, metavar="MS",
+                        help="Horovod's cycle time between fused allreduces "
+                             "(horovodrun's default 1)")
     parser.add_argument("--no-cuda", action="store_true", help="run on CPUs even with GPUs")
     parser.add_argument("--threads", type=int, default=None, help="CPU threads per rank")
     parser.add_argument("--ssh-port", type=int, default=12345)
@@ -585,6 +600,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.warmup_steps < 0:
         parser.error("--warmup-steps must be at least 0")
+    if args.fusion_threshold_mb is not None and args.fusion_threshold_mb < 0:
+        parser.error("--fusion-threshold-mb must be at least 0")
+    if args.cycle_time_ms is not None and args.cycle_time_ms <= 0:
+        parser.error("--cycle-time-ms must be positive")
     if (args.link_rate or args.link_delay) and not args.emulate:
         parser.error("--link-rate and --link-delay shape the emulated link: add --emulate")
     if args.emulate and args.hosts:

@@ -4,7 +4,8 @@ import pytest
 from conftest import REPO
 from horovod.runner.common.util import hosts
 
-LAYOUTS = {"1x1": {"a": 1}, "1x2": {"a": 2}, "2x2": {"a": 2, "b": 2}, "2x4": {"a": 4, "b": 4}}
+LAYOUTS = {"1x1": {"a": 1}, "1x2": {"a": 2}, "2x1": {"a": 1, "b": 1}, "2x2": {"a": 2, "b": 2},
+           "2x4": {"a": 4, "b": 4}}
 
 
 @pytest.mark.parametrize("name, expected", LAYOUTS.items())

@@ -82,6 +82,8 @@ def test_a_layout_needs_its_slots(tmp_path):
     (["--launchers", "mpi"], "choose from horovod, ddp"),
     (["--link-rate", "1gbit"], "add --emulate"),
     (["--steps", "0"], "--steps must be at least 1"),
+    (["--fusion-threshold-mb", "-1"], "--fusion-threshold-mb must be at least 0"),
+    (["--cycle-time-ms", "0"], "--cycle-time-ms must be positive"),
 ])
 def test_bad_options_exit_2_with_one_error_line(argv, message):
     result = run_matrix(*argv, timeout=60)
