@@ -44,6 +44,12 @@ def loader_batches(loader, device: torch.device) -> Iterator[tuple[torch.Tensor,
         epoch += 1
 
 
+def every_epoch(batches) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """The batches of epochs 0, 1, 2, ... one after the other, from either
+    pipeline of the trainer (anything with .epoch(e))."""
+    return itertools.chain.from_iterable(batches.epoch(e) for e in itertools.count())
+
+
 def horovod_step(model: nn.Module, optimizer, batches: Iterator) -> Callable[[], float]:
     """One step with Horovod's DistributedOptimizer; returns the seconds spent
     in synchronize(), i.e. waiting for allreduces that the backward pass

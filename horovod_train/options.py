@@ -26,6 +26,14 @@ positive_float = _number(float, 0.0, inclusive=False)
 non_negative_float = _number(float, 0.0, inclusive=True)
 
 
+def fraction(text: str) -> float:
+    """A number in (0, 1], such as an accuracy."""
+    value = positive_float(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"{text} must be <= 1")
+    return value
+
+
 def base_parser(prog: str, description: str) -> argparse.ArgumentParser:
     """Options every trainer has: data, schedule, Horovod, outputs."""
     parser = argparse.ArgumentParser(

@@ -18,6 +18,7 @@ if __package__ in (None, ""):
 from horovod_train import options  # noqa: E402
 from horovod_train.errors import run_main  # noqa: E402
 from horovod_train.models import MNIST_MODELS, MODELS  # noqa: E402
+from horovod_train.presets import PRESETS, describe_preset  # noqa: E402
 
 
 def parse_args(argv: list[str]):
@@ -28,11 +29,32 @@ def parse_args(argv: list[str]):
                                default=1, help="accumulate this many batches locally per allreduce")
     torch_options.add_argument("--sync-bn", action="store_true",
                                help="batch-norm statistics over all ranks (hvd.SyncBatchNorm)")
+    torch_options.add_argument("--data-pipeline", choices=("memory", "loader"), default=None,
+                               help="memory (the default): each split held on the training "
+                                    "device as uint8, batches gathered and normalised there; "
+                                    "loader: a DataLoader, for data that does not fit in "
+                                    "memory, and the default of --benchmark-steps runs, whose "
+                                    "figures compare with ddp_benchmark.py's DataLoader")
+    torch_options.add_argument("--target-accuracy", type=options.fraction, default=None,
+                               metavar="A",
+                               help="stop after the first epoch whose test accuracy reaches A "
+                                    "(0-1); the summary records the epoch and the training "
+                                    "time it took")
     torch_options.add_argument("--num-workers", type=options.non_negative_int, default=None,
-                               help="DataLoader worker processes (default: 2 on GPU, 0 on CPU)")
+                               help="DataLoader worker processes with --data-pipeline loader "
+                                    "(default: 2 on GPU, 0 on CPU)")
+    torch_options.add_argument(
+        "--preset", choices=sorted(PRESETS), default=None,
+        help="defaults for several options at once, overridden by options given: "
+             + "; ".join(f"{name}: {describe_preset(name)}" for name in sorted(PRESETS)))
     options.add_benchmark_options(parser)
+    preset = parser.parse_known_args(argv)[0].preset
+    if preset:
+        parser.set_defaults(**PRESETS[preset])
     args = parser.parse_args(argv)
     options.check_benchmark(parser, args, MNIST_MODELS)
+    if args.data_pipeline is None:
+        args.data_pipeline = "loader" if args.benchmark_steps else "memory"
     return options.finish(args)
 
 

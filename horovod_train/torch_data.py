@@ -1,5 +1,9 @@
-"""MNIST for PyTorch: the split as one uint8 tensor, normalised per batch
-item on the fly; each rank reads its shard through a DistributedSampler."""
+"""MNIST for PyTorch through a DataLoader (--data-pipeline loader): the split
+as one uint8 tensor, normalised per batch item on the fly; each rank reads
+its shard through a DistributedSampler. For data that does not fit on the
+device; device_data.py is the faster default for MNIST."""
+
+from collections.abc import Iterator
 
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
@@ -36,6 +40,23 @@ def train_loader(
         multiprocessing_context="forkserver" if workers > 0 else None,
     )
     return loader, sampler
+
+
+class LoaderBatches:
+    """A training loader as epochs of device batches, the interface of
+    device_data.ShardedBatches, so the trainer drives either pipeline alike."""
+
+    def __init__(self, loader: DataLoader, sampler: DistributedSampler, device: torch.device):
+        self.loader, self.sampler, self.device = loader, sampler, device
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def epoch(self, epoch: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        self.sampler.set_epoch(epoch)
+        for images, labels in self.loader:
+            yield (images.to(self.device, non_blocking=True),
+                   labels.to(self.device, non_blocking=True))
 
 
 def test_loader(dataset: Dataset, batch_size: int, rank: int, size: int) -> DataLoader:

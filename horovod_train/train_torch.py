@@ -4,6 +4,7 @@ writes files and prints."""
 
 import argparse
 import contextlib
+import itertools
 import math
 import time
 
@@ -13,7 +14,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from horovod_train import benchmark as benchmark_loop
-from horovod_train import checkpoint, distributed, lr_schedule, metrics, mnist, torch_data
+from horovod_train import (
+    checkpoint,
+    device_data,
+    distributed,
+    lr_schedule,
+    metrics,
+    mnist,
+    torch_data,
+)
 from horovod_train.errors import UserError
 from horovod_train.models import build_model, convert_sync_batchnorm, input_shape
 
@@ -66,6 +75,43 @@ def amp_settings(device: torch.device) -> tuple[torch.dtype | None, bool]:
     return torch.float16, True
 
 
+def training_batches(pipeline: str, split: mnist.Split, batch_size: int, rt: distributed.Runtime,
+                     seed: int, device: torch.device, workers: int):
+    """This rank's training batches, epoch by epoch (`.epoch(e)`, `len()`):
+    the whole split on the device ("memory") or a DataLoader ("loader")."""
+    if pipeline == "memory":
+        return device_data.ShardedBatches(device_data.DeviceMnist(split, device), batch_size,
+                                          rt.rank, rt.size, seed)
+    loader, sampler = torch_data.train_loader(
+        torch_data.MnistTensors(split), batch_size, rt.rank, rt.size, seed, workers,
+        pin_memory=device.type == "cuda")
+    return torch_data.LoaderBatches(loader, sampler, device)
+
+
+def evaluation_batches(pipeline: str, split: mnist.Split, batch_size: int,
+                       rt: distributed.Runtime, device: torch.device):
+    """This rank's disjoint slice of the test split, as batches."""
+    if pipeline == "memory":
+        return device_data.EvalBatches(device_data.DeviceMnist(split, device), batch_size,
+                                       rt.rank, rt.size)
+    return torch_data.test_loader(torch_data.MnistTensors(split), batch_size, rt.rank, rt.size)
+
+
+def distributed_optimizer(model: nn.Module, lr: float, momentum: float, fp16_allreduce: bool,
+                          use_adasum: bool = False, backward_passes_per_step: int = 1):
+    """SGD with momentum wrapped in Horovod's DistributedOptimizer: each
+    gradient's allreduce starts from a backward hook as soon as it is ready,
+    overlapping the rest of the backward pass; step() waits for them."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+    return hvd.DistributedOptimizer(
+        optimizer,
+        named_parameters=model.named_parameters(),
+        compression=hvd.Compression.fp16 if fp16_allreduce else hvd.Compression.none,
+        op=hvd.Adasum if use_adasum else hvd.Average,
+        backward_passes_per_step=backward_passes_per_step,
+    )
+
+
 def run(args: argparse.Namespace) -> dict:
     started = time.perf_counter()
     rt, device = init(use_cuda=not args.no_cuda, threads=args.threads, seed=args.seed)
@@ -75,26 +121,19 @@ def run(args: argparse.Namespace) -> dict:
     if args.sync_bn and not on_cuda:
         raise UserError("--sync-bn needs GPUs: Horovod's SyncBatchNorm works on CUDA tensors only")
     train_split, test_split = distributed.prepare_run(hvd, rt, args)
-    train_set, test_set = torch_data.MnistTensors(train_split), torch_data.MnistTensors(test_split)
     workers = args.num_workers if args.num_workers is not None else (2 if on_cuda else 0)
-    loader, sampler = torch_data.train_loader(
-        train_set, args.batch_size, rt.rank, rt.size, args.seed, workers, pin_memory=on_cuda
-    )
-    test_loader = torch_data.test_loader(test_set, args.test_batch_size, rt.rank, rt.size)
+    train_batches = training_batches(args.data_pipeline, train_split, args.batch_size, rt,
+                                     args.seed, device, workers)
+    eval_batches = evaluation_batches(args.data_pipeline, test_split, args.test_batch_size, rt,
+                                      device)
 
     model = build_model(args.model)
     if args.sync_bn:
         model = convert_sync_batchnorm(model, hvd.SyncBatchNorm)
     model.to(device)
     scale = lr_schedule.lr_scale(rt.size, args.use_adasum, rt.local_size, on_cuda)
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
-    optimizer = hvd.DistributedOptimizer(
-        optimizer,
-        named_parameters=model.named_parameters(),
-        compression=hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none,
-        op=hvd.Adasum if args.use_adasum else hvd.Average,
-        backward_passes_per_step=args.backward_passes_per_step,
-    )
+    optimizer = distributed_optimizer(model, args.lr, args.momentum, args.fp16_allreduce,
+                                      args.use_adasum, args.backward_passes_per_step)
 
     epochs_done = 0
     if args.resume:
@@ -108,15 +147,15 @@ def run(args: argparse.Namespace) -> dict:
     amp_dtype, use_scaler = amp_settings(device)
     scaler = torch.amp.GradScaler("cuda", enabled=use_scaler)
     passes = args.backward_passes_per_step
-    # Same count on every rank (the sampler pads): whole optimizer steps only.
-    steps_per_epoch = len(loader) // passes
+    # Same count on every rank (the shards are padded): whole optimizer steps only.
+    steps_per_epoch = len(train_batches) // passes
     if steps_per_epoch == 0:
         raise UserError(
-            f"{len(train_set)} training images over {rt.size} ranks give fewer than "
+            f"{len(train_split)} training images over {rt.size} ranks give fewer than "
             f"{passes} batches of {args.batch_size} per rank"
         )
     log = metrics.MetricsLog(args.log_dir, enabled=root, append=epochs_done > 0)
-    metrics.announce(rt, "pytorch", args.model, len(train_set), len(test_set), args.lr, scale,
+    metrics.announce(rt, "pytorch", args.model, len(train_split), len(test_split), args.lr, scale,
                      epochs_done)
 
     def lr_at(step: int) -> float:
@@ -125,8 +164,11 @@ def run(args: argparse.Namespace) -> dict:
 
     images_seen, train_seconds = 0, 0.0
     test_metrics = {"test_loss": math.nan, "test_accuracy": math.nan}
+    # Time to accuracy counts from here: after start-up, data loading and
+    # the broadcast of the initial state.
+    training_started, target = time.perf_counter(), {"target_reached_epoch": None,
+                                                     "time_to_target_s": None}
     for epoch in range(epochs_done, args.epochs):
-        sampler.set_epoch(epoch)
         # Dropout draws depend on (seed, epoch, rank) only, so a resumed run
         # repeats what an uninterrupted one would have drawn.
         torch.manual_seed(args.seed * 1_000_003 + epoch * 1009 + rt.rank)
@@ -134,7 +176,7 @@ def run(args: argparse.Namespace) -> dict:
                                enabled=root and not args.no_progress)
         tic = time.perf_counter()
         loss_sum, correct, count, lr = train_epoch(
-            model, optimizer, loader, device, amp_dtype, scaler, passes,
+            model, optimizer, train_batches.epoch(epoch), device, amp_dtype, scaler, passes,
             first_step=epoch * steps_per_epoch, steps=steps_per_epoch, lr_at=lr_at, bar=bar)
         epoch_seconds = time.perf_counter() - tic
         bar.close()
@@ -142,7 +184,13 @@ def run(args: argparse.Namespace) -> dict:
         train_seconds += epoch_seconds
 
         average_buffers(model)
-        test_metrics = evaluate(model, test_loader, device, amp_dtype)
+        test_metrics = evaluate(model, eval_batches, device, amp_dtype)
+        # Every rank sees the same accuracy (summed over ranks), so all stop together.
+        reached = (args.target_accuracy is not None
+                   and test_metrics["test_accuracy"] >= args.target_accuracy)
+        if reached:
+            target = {"target_reached_epoch": epoch + 1,
+                      "time_to_target_s": time.perf_counter() - training_started}
         record = metrics.epoch_record(
             epoch + 1, lr,
             sum_across_ranks([loss_sum, correct, count, count / epoch_seconds], f"train.{epoch}"),
@@ -152,27 +200,39 @@ def run(args: argparse.Namespace) -> dict:
             checkpoint.save(args.checkpoint_dir, model, optimizer, args.model, epoch + 1,
                             extra={"metrics": record, "world_size": rt.size})
             print(metrics.format_epoch(record), flush=True)
+        if reached:
+            if root:
+                print(f"reached test accuracy {args.target_accuracy} after epoch {epoch + 1}, "
+                      f"{target['time_to_target_s']:.1f} s of training", flush=True)
+            break
     log.close()
     if epochs_done >= args.epochs:
-        test_metrics = evaluate(model, test_loader, device, amp_dtype)
+        test_metrics = evaluate(model, eval_batches, device, amp_dtype)
 
     mine = metrics.rank_figures(rt, images_seen, train_seconds, state_digest(model))
     ranks = hvd.allgather_object(mine, name="summary")
     summary = metrics.build_summary("pytorch", args.model, rt, ranks, test_metrics, args.epochs,
                                     epochs_done, time.perf_counter() - started, args)
+    summary.update(target_accuracy=args.target_accuracy, **target)
     return metrics.finish_run(rt, args.log_dir, summary)
 
 
-def train_epoch(model, optimizer, loader, device, amp_dtype, scaler, passes: int,
+def train_epoch(model, optimizer, batches, device, amp_dtype, scaler, passes: int,
                 first_step: int, steps: int, lr_at, bar) -> tuple[float, float, float, float]:
-    """`steps` optimizer steps of `passes` batches each; returns the loss sum,
-    correct count and image count on this rank, and the last learning rate."""
+    """`steps` optimizer steps of `passes` batches each, taken from the
+    iterator `batches`; returns the loss sum, correct count and image count
+    on this rank, and the last learning rate.
+
+    Nothing here waits for the device or for Horovod before the end: no
+    .item(), no explicit synchronize() (except the loss-scaling pattern), so
+    the allreduces that backward() starts overlap the rest of the backward
+    pass and, on a GPU, the host runs ahead queueing the next steps."""
     model.train()
-    sums = torch.zeros(3, dtype=torch.float64, device=device)  # loss, correct, count
+    loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+    correct = torch.zeros((), dtype=torch.int64, device=device)
+    count = 0
     lr = lr_at(first_step)
-    for i, (images, labels) in enumerate(loader):
-        if i >= steps * passes:
-            break
+    for i, (images, labels) in enumerate(itertools.islice(batches, steps * passes)):
         if i % passes == 0:
             lr = lr_at(first_step + i // passes)
             for group in optimizer.param_groups:
@@ -199,28 +259,33 @@ def train_epoch(model, optimizer, loader, device, amp_dtype, scaler, passes: int
             optimizer.zero_grad()
         with torch.no_grad():
             # Accumulated on the device: no host sync per step.
-            sums += torch.stack([loss.detach().double() * len(labels),
-                                 (output.argmax(1) == labels).sum().double(),
-                                 torch.tensor(len(labels), dtype=torch.float64, device=device)])
+            loss_sum.add_(loss.detach(), alpha=len(labels))
+            correct += (output.argmax(1) == labels).sum()
+        count += len(labels)
         bar.update()
-    loss_sum, correct, count = sums.tolist()  # waits for the device once per epoch
-    return loss_sum, correct, count, lr
+    # Waits for the device once per epoch.
+    return loss_sum.item(), float(correct.item()), float(count), lr
 
 
 @torch.no_grad()
-def evaluate(model, loader, device, amp_dtype) -> dict:
+def evaluate(model, batches, device, amp_dtype) -> dict:
+    """Test loss and accuracy over all ranks; `batches` is this rank's slice
+    (a DataLoader or device_data.EvalBatches)."""
     model.eval()
-    loss_sum, correct, count = 0.0, 0.0, 0.0
-    for images, labels in loader:
+    loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+    correct = torch.zeros((), dtype=torch.int64, device=device)
+    count = 0
+    for images, labels in batches:
         images, labels = images.to(device), labels.to(device)
         autocast = (torch.autocast(device.type, dtype=amp_dtype) if amp_dtype
                     else contextlib.nullcontext())
         with autocast:
             output = model(images)
-        loss_sum += F.cross_entropy(output.float(), labels, reduction="sum").item()
-        correct += (output.argmax(1) == labels).sum().item()
+        loss_sum += F.cross_entropy(output.float(), labels, reduction="sum")
+        correct += (output.argmax(1) == labels).sum()
         count += len(labels)
-    loss_sum, correct, count = sum_across_ranks([loss_sum, correct, count], "eval")
+    loss_sum, correct, count = sum_across_ranks([loss_sum.item(), float(correct.item()), count],
+                                                "eval")
     return {"test_loss": loss_sum / count, "test_accuracy": correct / count}
 
 
@@ -238,14 +303,9 @@ def benchmark(args: argparse.Namespace) -> dict:
         train_split = distributed.check_all_ranks(
             hvd, lambda: mnist.load_train_test(args.data_dir, download=not args.no_download)[0],
             "data")
-        loader, _ = torch_data.train_loader(torch_data.MnistTensors(train_split),
-                                            args.batch_size, rt.rank, rt.size, args.seed,
-                                            workers=0, pin_memory=False)
-        batches = benchmark_loop.loader_batches(loader, device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
-    optimizer = hvd.DistributedOptimizer(
-        optimizer, named_parameters=model.named_parameters(),
-        compression=hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none)
+        batches = benchmark_loop.every_epoch(training_batches(
+            args.data_pipeline, train_split, args.batch_size, rt, args.seed, device, workers=0))
+    optimizer = distributed_optimizer(model, args.lr, args.momentum, args.fp16_allreduce)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     model.train()
     mine = benchmark_loop.time_steps(benchmark_loop.horovod_step(model, optimizer, batches),
@@ -255,6 +315,7 @@ def benchmark(args: argparse.Namespace) -> dict:
     record = benchmark_loop.summarize(per_rank, {
         "launcher": "horovod", "controller": rt.controller, "model": args.model,
         "workload": "synthetic" if args.synthetic else "mnist", "device": device.type,
+        "data_pipeline": None if args.synthetic else args.data_pipeline,
         "batch_per_rank": args.batch_size, "warmup_steps": args.warmup_steps,
         "steps": args.benchmark_steps, "threads_per_rank": rt.threads,
         "fp16_allreduce": args.fp16_allreduce,

@@ -3,14 +3,18 @@ benchmarks/ddp_benchmark.py (torchrun + DDP) time the same steps and write
 benchmark.json in one format: every rank's figures, totals that are their
 sums, Horovod's allreduce wait, DDP's left as not measured."""
 
+import itertools
 import json
 import os
 import subprocess
 
+import numpy as np
 import pytest
+import torch
 from conftest import BIN, REPO, horovodrun
 
-from horovod_train import benchmark
+from horovod_train import benchmark, device_data, mnist
+from horovod_train.pytorch_mnist import parse_args
 
 
 def read_result(log_dir) -> dict:
@@ -38,6 +42,8 @@ def test_horovod_benchmark_mode_times_steps_on_every_rank(mnist_dir, tmp_path):
     assert_consistent(record, ranks=2, steps=6, batch=32)
     assert record["launcher"] == "horovod" and record["controller"] == "gloo"
     assert record["workload"] == "mnist" and record["model"] == "mnist_cnn"
+    # The DataLoader, as ddp_benchmark.py reads MNIST, so the two compare.
+    assert record["data_pipeline"] == "loader"
     assert record["gradient_bytes"] == 4 * record["parameters"]
     assert all(0 <= r["allreduce_time_s"] < r["step_time_s"] for r in record["per_rank"])
     assert not (tmp_path / "checkpoints").exists()  # no training outputs in this mode
@@ -92,6 +98,25 @@ def test_ddp_benchmark_outside_torchrun_says_so():
     assert result.returncode == 2
     assert result.stderr.strip() == ("ddp_benchmark.py: error: run me under torchrun "
                                      "(it sets RANK, WORLD_SIZE and MASTER_ADDR)")
+
+
+def test_benchmark_mode_reads_through_the_loader_unless_told():
+    """Training defaults to the in-memory pipeline; timed-step runs to the
+    DataLoader, the input of ddp_benchmark.py, so Horovod and DDP compare."""
+    assert parse_args([]).data_pipeline == "memory"
+    assert parse_args(["--benchmark-steps", "3"]).data_pipeline == "loader"
+    assert parse_args(["--benchmark-steps", "3", "--data-pipeline", "memory"]).data_pipeline \
+        == "memory"
+
+
+def test_every_epoch_runs_the_epochs_one_after_the_other():
+    images = np.zeros((10, 28, 28), dtype=np.uint8)
+    data = device_data.DeviceMnist(mnist.Split(images, np.arange(10, dtype=np.uint8)),
+                                   torch.device("cpu"))
+    shards = device_data.ShardedBatches(data, 4, 0, 1, seed=0)
+    labels = [b[1].tolist() for b in itertools.islice(benchmark.every_epoch(shards), 6)]
+    expected = [b[1].tolist() for e in (0, 1) for b in shards.epoch(e)]
+    assert labels == expected and len(labels) == 6  # 4 + 4 + 2 per epoch
 
 
 def test_totals_are_sums_and_means_of_the_ranks():
