@@ -1,0 +1,161 @@
+"""Time to accuracy: how long the PyTorch trainer takes to reach a test
+accuracy (98% by default) on the real digits, with a named preset of the
+trainer (fast-mnist by default, the fastest configuration found).
+
+The data are the 10,000 real MNIST test digits (mnist-t10k): the first 8,000
+train, the last 2,000 test, written once into a temporary directory. Each
+run is a fresh trainer process with --target-accuracy, which stops after the
+first epoch reaching it; the time reported is the trainer's own
+time_to_target_s: from the first step to the end of that epoch's
+evaluation, so process start, imports and data loading are left out, while
+the evaluations and checkpoints of the epochs before are in.
+
+    python benchmarks/time_to_accuracy.py --json tta.json
+    python benchmarks/time_to_accuracy.py --repeats 3 -- --batch-size 64 --lr 0.05
+
+Options after `--` go to the trainer (they override the preset). Exit
+status 1 when a run did not reach the target within its epochs.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[0] = str(REPO)  # the checkout's package
+
+from horovod_train import mnist, options  # noqa: E402
+from horovod_train.atomic import atomic_write_bytes  # noqa: E402
+from horovod_train.errors import UserError, run_main  # noqa: E402
+from horovod_train.presets import PRESETS, describe_preset  # noqa: E402
+
+PROG = "time_to_accuracy.py"
+TRAINER = REPO / "horovod_train" / "pytorch_mnist.py"
+# Where the trainer downloads MNIST (python -m horovod_train.mnist download data).
+DEFAULT_SOURCE = Path(os.environ.get("MNIST_T10K_DIR", mnist.raw_dir(REPO / "data")))
+N_TRAIN, N_TEST = 8000, 2000
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE,
+                        help="directory holding t10k-images-idx3-ubyte[.gz] and "
+                             "t10k-labels-idx1-ubyte[.gz] (default: $MNIST_T10K_DIR, else "
+                             "data/MNIST/raw of the checkout, where `python -m "
+                             "horovod_train.mnist download data` puts them)")
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="fast-mnist",
+                        help="the trainer's preset (default fast-mnist)")
+    parser.add_argument("--target-accuracy", type=options.fraction, default=0.98,
+                        help="test accuracy to reach (default 0.98)")
+    parser.add_argument("--repeats", type=options.positive_int, default=1,
+                        help="runs, one after the other; the figure is their median "
+                             "(default 1)")
+    parser.add_argument("--np", type=options.positive_int, default=1,
+                        help="ranks: 1 runs the trainer as one process, more under "
+                             "horovodrun on this machine (default 1)")
+    parser.add_argument("--json", type=Path, default=None, metavar="FILE",
+                        help="write the settings and every run's figures here as JSON")
+    parser.add_argument("trainer_args", nargs="*", metavar="-- TRAINER_ARGS",
+                        help="more options for the trainer, after --")
+    return parser.parse_args(argv)
+
+
+def trainer_command(args: argparse.Namespace, data_dir: Path, log_dir: Path) -> list[str]:
+    bin_dir = Path(sys.executable).parent
+    launch = ([] if args.np == 1 else
+              [str(bin_dir / "horovodrun"), "-np", str(args.np), "-H", f"localhost:{args.np}"])
+    return [*launch, sys.executable, str(TRAINER), "--preset", args.preset,
+            "--data-dir", str(data_dir), "--no-download", "--no-progress",
+            "--log-dir", str(log_dir), "--target-accuracy", str(args.target_accuracy),
+            *args.trainer_args]
+
+
+def run_trainer(command: list[str]) -> dict:
+    """One run; its summary.json, or the trainer's own error line."""
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
+    log_dir = Path(command[command.index("--log-dir") + 1])
+    if result.returncode != 0 or not (log_dir / "summary.json").is_file():
+        lines = [line for line in (result.stderr + result.stdout).splitlines() if line.strip()]
+        errors = [line for line in lines if "error:" in line] or lines[-1:] or ["no output"]
+        raise UserError(f"the trainer failed (exit {result.returncode}): "
+                        f"{errors[-1].split('error: ', 1)[-1]}")
+    return json.loads((log_dir / "summary.json").read_text())
+
+
+def run_figures(summary: dict) -> dict:
+    return {key: summary[key] for key in (
+        "target_reached_epoch", "time_to_target_s", "test_accuracy", "epochs", "train_time_s",
+        "wall_time_s", "images_per_sec", "device", "size")}
+
+
+def format_record(record: dict) -> str:
+    runs = ", ".join(
+        f"{r['time_to_target_s']:.1f} s (epoch {r['target_reached_epoch']})"
+        if r["target_reached_epoch"] else f"not reached ({r['test_accuracy']:.4f})"
+        for r in record["runs"])
+    headline = (f"{record['time_to_target_s']:.1f} s of training to "
+                f"{record['target_accuracy']:.0%} test accuracy" if record["reached"] else
+                f"did not reach {record['target_accuracy']:.0%} test accuracy in every run")
+    return (f"time to accuracy, preset {record['preset']} ({record['preset_options']}"
+            + (" " + " ".join(record["trainer_args"]) if record["trainer_args"] else "")
+            + f"), {record['ranks']} rank(s), {N_TRAIN} training digits, {N_TEST} test:\n"
+            f"  {headline}\n  runs: {runs}")
+
+
+def check_writable(path: Path) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(f"cannot write {path}: {err.strerror or err}") from None
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        raise UserError(f"cannot write {path}: {path.parent} is not writable")
+
+
+def write_json(path: Path, record: dict) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(path, (json.dumps(record, indent=2) + "\n").encode())
+    except OSError as err:
+        raise UserError(f"cannot write {path}: {err.strerror or err}") from None
+
+
+def main() -> int:
+    args = parse_args(sys.argv[1:])
+    if args.json:
+        check_writable(args.json)  # now, not after minutes of training
+    with tempfile.TemporaryDirectory(prefix="time-to-accuracy-") as work:
+        data_dir = Path(work) / "mnist"
+        mnist.write_subset(args.source, data_dir, N_TRAIN, N_TEST)
+        summaries = [run_trainer(trainer_command(args, data_dir, Path(work) / f"run-{i}"))
+                     for i in range(args.repeats)]
+    runs = [run_figures(s) for s in summaries]
+    reached = all(r["target_reached_epoch"] for r in runs)
+    record = {
+        "benchmark": "time_to_accuracy",
+        "preset": args.preset,
+        "preset_options": describe_preset(args.preset),
+        "trainer_args": args.trainer_args,
+        "target_accuracy": args.target_accuracy,
+        "ranks": args.np,
+        "data": {"source": str(args.source), "train": N_TRAIN, "test": N_TEST},
+        "reached": reached,
+        "time_to_target_s": (statistics.median(r["time_to_target_s"] for r in runs)
+                             if reached else None),
+        "runs": runs,
+        "options": summaries[0]["options"],
+    }
+    print(format_record(record), flush=True)
+    if args.json:
+        write_json(args.json, record)
+    return 0 if reached else 1
+
+
+if __name__ == "__main__":
+    run_main(main)
