@@ -36,6 +36,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from horovod_train.atomic import atomic_write_bytes  # noqa: E402
+from horovod_train.hosts import is_local  # noqa: E402
 
 EMULATE = REPO / "scripts" / "emulate_cluster.sh"
 TRAINER = REPO / "horovod_train" / "pytorch_mnist.py"
@@ -96,10 +97,6 @@ def layout_hosts(nodes: int, per_node: int, hosts: list[str] | None,
         if slots < per_node:
             raise MatrixError(f"{path}: {name} has {slots} slots, the layout needs {per_node}")
     return [name for name, _ in listed[:nodes]]
-
-
-def is_local(host: str) -> bool:
-    return host in ("localhost", "127.0.0.1", socket.gethostname())
 
 
 # --- commands ----------------------------------------------------------------

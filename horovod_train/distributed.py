@@ -71,12 +71,14 @@ def check_all_ranks(hvd, step, name: str):
 
 
 def prepare_run(hvd, rt: Runtime, args) -> tuple:
-    """Rank 0 makes the output directories, every rank reads MNIST (the train
-    and test splits); a failure anywhere stops all ranks."""
+    """Every rank reads MNIST (the train and test splits), then rank 0 makes
+    the output directories, so bad data leaves no directory behind; a failure
+    anywhere stops all ranks."""
+    splits = check_all_ranks(
+        hvd, lambda: mnist.load_train_test(args.data_dir, download=not args.no_download), "data")
     check_all_ranks(hvd, lambda: rt.is_root and metrics.prepare_output_dirs(
         args.log_dir, args.checkpoint_dir), "dirs")
-    return check_all_ranks(
-        hvd, lambda: mnist.load_train_test(args.data_dir, download=not args.no_download), "data")
+    return splits
 
 
 def resume_on_root(hvd, rt: Runtime, restore) -> int:

@@ -10,9 +10,10 @@ class UserError(Exception):
     corrupt data, unusable directory, mismatched checkpoint."""
 
 
-def run_main(main: Callable[[], int | None]) -> None:
-    """Run an entry point; a UserError becomes one line on stderr and exit 2."""
-    prog = Path(sys.argv[0]).name
+def run_main(main: Callable[[], int | None], prog: str | None = None) -> None:
+    """Run an entry point; a UserError becomes one line on stderr and exit 2.
+    The line starts with `prog`, by default the name of the script run."""
+    prog = prog or Path(sys.argv[0]).name
     try:
         code = main()
     except UserError as err:

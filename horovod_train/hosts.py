@@ -1,0 +1,215 @@
+"""The hosts of a launch: the -H list or hostfile read as horovodrun reads
+them, and whether each remote host can be reached the way horovodrun will
+reach it (name lookup, its SSH port, an ssh login in BatchMode), all hosts
+checked side by side within a bounded time.
+
+Every problem is a UserError of one line that names the host and what is
+wrong with it."""
+
+import re
+import socket
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from horovod_train.errors import UserError
+
+# horovodrun accepts NAME:SLOTS with NAME of [\w.-]; the sign is matched here
+# only to name negative slots as such instead of as a malformed item.
+HOST_ITEM = re.compile(r"^([\w.-]+):(-?\d+)$")
+# horovodrun reads a hostfile line as `NAME slots=N` and nothing else: no
+# comments, no blank lines.
+HOSTFILE_LINE = re.compile(r"^\s*([\w.-]+)\s+slots=(-?\d+)$")
+
+CONNECT_TIMEOUT_S = 5  # TCP connect to a host's SSH port, and its greeting
+SSH_TIMEOUT_S = 15  # the whole ssh login, ConnectTimeout included
+LOOKUP_TIMEOUT_S = 10  # `ssh -G` and the name lookup
+CHECK_DEADLINE_S = 40  # all hosts together, side by side
+
+
+def is_local(host: str) -> bool:
+    """Hosts that are this machine by name: horovodrun starts their ranks
+    without ssh."""
+    return host in ("localhost", "127.0.0.1", socket.gethostname())
+
+
+def parse_host_list(text: str) -> list[tuple[str, int]]:
+    """`-H a:2,b:2` -> [('a', 2), ('b', 2)]."""
+    hosts = []
+    for item in text.split(","):
+        match = HOST_ITEM.match(item.strip())
+        if not match:
+            raise UserError(f"-H {text}: {item.strip()!r} is not HOST:SLOTS "
+                            "(want a list such as a:2,b:2)")
+        hosts.append((match[1], int(match[2])))
+    check_hosts_listed(hosts, f"-H {text}")
+    return hosts
+
+
+def read_hostfile(path: str | Path) -> list[tuple[str, int]]:
+    """`HOST slots=N` lines -> [(HOST, N), ...]."""
+    try:
+        lines = Path(path).read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise UserError(f"hostfile {path}: {getattr(err, 'strerror', None) or err}") from None
+    hosts = []
+    for number, line in enumerate(lines, start=1):
+        match = HOSTFILE_LINE.match(line.rstrip())
+        if not match:
+            raise UserError(f"hostfile {path} line {number}: want 'HOST slots=N', got {line!r} "
+                            "(horovodrun reads no blank lines or comments)")
+        hosts.append((match[1], int(match[2])))
+    if not hosts:
+        raise UserError(f"hostfile {path} lists no hosts")
+    check_hosts_listed(hosts, f"hostfile {path}")
+    return hosts
+
+
+def check_hosts_listed(hosts: list[tuple[str, int]], origin: str) -> None:
+    for name, slots in hosts:
+        if slots < 1:
+            raise UserError(f"{origin}: host {name} has {slots} slots; each host needs at least 1")
+    names = [name for name, _ in hosts]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise UserError(f"{origin}: names host {', '.join(twice)} more than once")
+
+
+def check_process_count(num_proc: int, hosts: list[tuple[str, int]], origin: str) -> None:
+    if num_proc < 1:
+        raise UserError(f"-np {num_proc}: the number of processes must be at least 1")
+    slots = sum(n for _, n in hosts)
+    if num_proc > slots:
+        raise UserError(f"-np {num_proc} is more than the {slots} slots of {origin}: "
+                        "lower -np or give the hosts more slots")
+
+
+# --- reaching the hosts -------------------------------------------------------
+
+@dataclass(frozen=True)
+class SshTarget:
+    """Where ssh will connect for a host name, after the user's ssh_config."""
+    hostname: str
+    port: int
+    proxied: bool  # a ProxyCommand or ProxyJump: no direct TCP connection to probe
+
+
+def ssh_target(host: str, port: int | None) -> SshTarget:
+    command = ["ssh", "-G", *(["-p", str(port)] if port else []), host]
+    try:
+        result = subprocess.run(command, capture_output=True, text=True,
+                                stdin=subprocess.DEVNULL, timeout=LOOKUP_TIMEOUT_S)
+    except FileNotFoundError:
+        raise UserError("ssh is not installed: horovodrun needs it to start remote ranks") from None
+    settings = dict(line.partition(" ")[::2] for line in result.stdout.splitlines())
+    proxied = any(settings.get(key, "none") != "none" for key in ("proxycommand", "proxyjump"))
+    return SshTarget(settings.get("hostname", host), int(settings.get("port", port or 22)),
+                     proxied)
+
+
+def local_addresses() -> set[str]:
+    return {a.address for addrs in psutil.net_if_addrs().values() for a in addrs}
+
+
+def probe_ssh_port(host: str, target: SshTarget) -> str | None:
+    """None when the port answers with an SSH greeting, else the problem."""
+    where = f"host {host} on SSH port {target.port}"
+    try:
+        conn = socket.create_connection((target.hostname, target.port), timeout=CONNECT_TIMEOUT_S)
+    except ConnectionRefusedError:
+        return (f"cannot reach {where}: connection refused (no sshd listens there: "
+                "is the host's sshd up, and is -p its port?)")
+    except TimeoutError:
+        return f"cannot reach {where}: no answer within {CONNECT_TIMEOUT_S} s"
+    except OSError as err:
+        return f"cannot reach {where}: {err.strerror or err}"
+    with conn:
+        try:
+            greeting = conn.recv(256)
+        except TimeoutError:
+            greeting = b""
+        except OSError as err:
+            return f"cannot reach {where}: {err.strerror or err}"
+    if not greeting:
+        return (f"{where} accepted the connection but sent no SSH greeting within "
+                f"{CONNECT_TIMEOUT_S} s: is {target.port} its SSH port?")
+    if not greeting.startswith(b"SSH-"):
+        first = greeting.splitlines()[0].decode(errors="replace")[:60]
+        return f"{where} answers, but not with SSH (it sent {first!r}): is -p its SSH port?"
+    return None
+
+
+def ssh_login(host: str, port: int | None, identity: str | None) -> str | None:
+    """The login horovodrun's own check makes (with our patch: BatchMode,
+    the user's host-key checking), once, with a short connect timeout."""
+    command = ["ssh", "-o", "PasswordAuthentication=no", "-o", "BatchMode=yes",
+               "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}",
+               *(["-p", str(port)] if port else []), *(["-i", identity] if identity else []),
+               host, "true"]
+    try:
+        result = subprocess.run(command, capture_output=True, text=True,
+                                stdin=subprocess.DEVNULL, timeout=SSH_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return f"ssh to host {host} did not finish within {SSH_TIMEOUT_S} s"
+    if result.returncode == 0:
+        return None
+    lines = [line.strip() for line in result.stderr.splitlines() if line.strip()]
+    return (f"ssh to host {host} failed (BatchMode, as horovodrun logs in): "
+            f"{lines[-1] if lines else f'exit {result.returncode}'}")
+
+
+def check_host(host: str, port: int | None, identity: str | None) -> str | None:
+    """None when horovodrun will be able to start ranks on `host`, else why not."""
+    if is_local(host):
+        return None
+    target = ssh_target(host, port)
+    if not target.proxied:
+        try:
+            infos = socket.getaddrinfo(target.hostname, target.port, type=socket.SOCK_STREAM)
+        except socket.gaierror as err:
+            alias = f" ({target.hostname})" if target.hostname != host else ""
+            return f"host {host}{alias} does not resolve: {err.strerror}"
+        if {info[4][0] for info in infos} & local_addresses():
+            return None  # this machine under another name: horovodrun runs it without ssh
+        problem = probe_ssh_port(host, target)
+        if problem:
+            return problem
+    return ssh_login(host, port, identity)
+
+
+def check_reachable(hosts: list[str], port: int | None, identity: str | None,
+                    deadline_s: float = CHECK_DEADLINE_S) -> None:
+    """Check every host side by side; raise a UserError naming the first
+    host (in the order given) that horovodrun could not use."""
+    verdicts: dict[str, str | None] = {}
+
+    def check(host: str) -> None:
+        try:
+            verdicts[host] = check_host(host, port, identity)
+        except UserError as err:
+            verdicts[host] = str(err)
+        except (OSError, subprocess.SubprocessError) as err:
+            verdicts[host] = f"checking host {host} failed: {err}"
+
+    # Daemon threads: a lookup that hangs past the deadline must not keep
+    # this process from exiting.
+    threads = [threading.Thread(target=check, args=(h,), daemon=True) for h in hosts]
+    for thread in threads:
+        thread.start()
+    end = time.monotonic() + deadline_s
+    for thread in threads:
+        thread.join(max(0.0, end - time.monotonic()))
+    problems = []
+    for host in hosts:
+        if host not in verdicts:
+            problems.append(f"host {host}: no answer to the checks within {deadline_s:.0f} s")
+        elif verdicts[host]:
+            problems.append(verdicts[host])
+    if problems:
+        others = len(problems) - 1
+        more = f" (and {others} more host{'s' * (others > 1)} with problems)" if others else ""
+        raise UserError(problems[0] + more)

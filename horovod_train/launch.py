@@ -1,0 +1,102 @@
+"""scripts/launch.sh: horovodrun, with its input checked first.
+
+    scripts/launch.sh -np 4 -H a:2,b:2 -p 12345 python horovod_train/pytorch_mnist.py
+
+Takes exactly horovodrun's arguments (horovodrun --help lists them) and
+checks, before anything starts:
+
+  - the -H list or -hostfile lines (HOST:SLOTS, `HOST slots=N`), slots >= 1,
+    no host named twice;
+  - -np at least 1 and no more than the slots;
+  - every remote host: its name resolves, its SSH port (-p, else its
+    ssh_config) answers with SSH, and ssh logs in there in BatchMode, as
+    horovodrun will; all hosts side by side, within about 40 s. This
+    machine's names need no check.
+
+A problem is one line, `launch: error: ...`, and exit 2, before any process
+starts. Otherwise horovodrun replaces this process with the same arguments.
+Elastic runs (--host-discovery-script) are passed on unchecked.
+"""
+
+import argparse
+import os
+import shutil
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):
+    # Run as a file: import the package from the checkout, not from this
+    # directory (whose module names would shadow installed packages).
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+
+from horovod_train import hosts  # noqa: E402
+from horovod_train.errors import UserError, run_main  # noqa: E402
+
+
+def _usage_error(parser: argparse.ArgumentParser, message: str):
+    raise UserError(message)
+
+
+def parse_horovodrun_args(argv: list[str]) -> argparse.Namespace:
+    """horovodrun's own parser, so that the checks read the arguments exactly
+    as horovodrun will (which option takes a value, where the command
+    starts); its usage errors become one line instead of usage text."""
+    from horovod.runner import launch as horovod_launch
+
+    # parse_args() reads sys.argv and reports through parser.error(); both
+    # are swapped for the call only.
+    saved_argv, saved_error = sys.argv, argparse.ArgumentParser.error
+    sys.argv = ["horovodrun", *argv]
+    argparse.ArgumentParser.error = _usage_error
+    try:
+        return horovod_launch.parse_args()
+    except (OSError, ValueError) as err:  # --config-file unreadable or invalid
+        raise UserError(str(err)) from None
+    finally:
+        sys.argv, argparse.ArgumentParser.error = saved_argv, saved_error
+
+
+def planned_hosts(args: argparse.Namespace) -> tuple[list[tuple[str, int]], str]:
+    """The hosts and slots horovodrun will use, and where they were given."""
+    if args.hosts:
+        return hosts.parse_host_list(args.hosts), f"-H {args.hosts}"
+    if args.hostfile:
+        return hosts.read_hostfile(args.hostfile), f"hostfile {args.hostfile}"
+    return [("localhost", max(args.num_proc, 1))], "this machine"
+
+
+def check(args: argparse.Namespace) -> None:
+    if not args.command:
+        raise UserError("no command to run: give it after horovodrun's options, "
+                        "e.g. python horovod_train/pytorch_mnist.py")
+    if args.host_discovery_script:
+        return  # elastic: hosts come and go while the job runs
+    listed, origin = planned_hosts(args)
+    hosts.check_process_count(args.num_proc, listed, origin)
+    hosts.check_reachable([name for name, _ in listed], args.ssh_port, args.ssh_identity_file)
+
+
+def horovodrun_path() -> str:
+    """The horovodrun installed beside this Python, else the one on PATH."""
+    beside = Path(sys.executable).parent / "horovodrun"
+    found = str(beside) if beside.exists() else shutil.which("horovodrun")
+    if not found:
+        raise UserError("horovodrun not found beside this Python or on PATH "
+                        "(scripts/setup.sh installs it)")
+    return found
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] in (["-h"], ["--help"]):
+        print(__doc__.strip())
+        return 0
+    args = parse_horovodrun_args(argv)
+    check(args)
+    horovodrun = horovodrun_path()
+    sys.stdout.flush()
+    os.execv(horovodrun, [horovodrun, *argv])
+    return 0  # not reached
+
+
+if __name__ == "__main__":
+    run_main(lambda: main(sys.argv[1:]), prog="launch")
