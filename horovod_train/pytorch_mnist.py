@@ -47,12 +47,29 @@ def parse_args(argv: list[str]):
         "--preset", choices=sorted(PRESETS), default=None,
         help="defaults for several options at once, overridden by options given: "
              + "; ".join(f"{name}: {describe_preset(name)}" for name in sorted(PRESETS)))
+    elastic = parser.add_argument_group(
+        "elastic", "launch with horovodrun --min-np N --max-np M --host-discovery-script "
+        "scripts/discover_hosts.sh (see README: Elastic training)")
+    elastic.add_argument("--elastic", action="store_true",
+                         help="Horovod Elastic: go on when hosts are lost or added")
+    elastic.add_argument("--commit-every", type=options.positive_int, default=10, metavar="N",
+                         help="commit the training state every N steps: the most a lost host "
+                              "costs (default 10)")
     options.add_benchmark_options(parser)
     preset = parser.parse_known_args(argv)[0].preset
     if preset:
         parser.set_defaults(**PRESETS[preset])
     args = parser.parse_args(argv)
     options.check_benchmark(parser, args, MNIST_MODELS)
+    if args.elastic:
+        clashing = [name for name, given in (
+            ("--resume", args.resume), ("--benchmark-steps", args.benchmark_steps),
+            ("--use-adasum", args.use_adasum), ("--sync-bn", args.sync_bn),
+            ("--backward-passes-per-step", args.backward_passes_per_step != 1),
+            ("--data-pipeline loader", args.data_pipeline == "loader"),
+            ("--target-accuracy", args.target_accuracy is not None)) if given]
+        if clashing:
+            parser.error(f"--elastic does not combine with {', '.join(clashing)}")
     if args.data_pipeline is None:
         args.data_pipeline = "loader" if args.benchmark_steps else "memory"
     return options.finish(args)
@@ -63,7 +80,11 @@ def main() -> int:
     # Imported after parsing, so --help and option errors answer at once.
     from horovod_train import train_torch
 
-    if args.benchmark_steps:
+    if args.elastic:
+        from horovod_train import train_torch_elastic
+
+        train_torch_elastic.run(args)
+    elif args.benchmark_steps:
         train_torch.benchmark(args)
     else:
         train_torch.run(args)

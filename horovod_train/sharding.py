@@ -26,3 +26,22 @@ def eval_indices(num_samples: int, rank: int, size: int) -> np.ndarray:
     """A disjoint slice per rank, no padding: summing counts across ranks
     gives exact test metrics."""
     return np.arange(rank, num_samples, size)
+
+
+def epoch_order(num_samples: int, epoch: int, seed: int) -> np.ndarray:
+    """The whole epoch's shuffle, the same permutation epoch_indices deals out."""
+    return np.random.default_rng([seed, epoch]).permutation(num_samples)
+
+
+def elastic_batch(order: np.ndarray, samples_done: int, rank: int, size: int,
+                  batch_size: int) -> np.ndarray:
+    """This rank's next batch when the number of ranks may change mid-epoch
+    (Horovod Elastic): the ranks of this step share the next size x batch_size
+    samples of the epoch's order after the `samples_done` already trained on,
+    so after a resize the epoch goes on where it stopped, every sample once.
+    The last step of an epoch is padded from the order's start so that no
+    rank is left without a sample."""
+    chunk = order[samples_done:samples_done + size * batch_size]
+    if len(chunk) < size:
+        chunk = np.concatenate([chunk, order[:size - len(chunk)]])
+    return chunk[rank::size]

@@ -4,7 +4,7 @@ across ranks, equal counts, a new order each epoch, the same for a seed."""
 import numpy as np
 import pytest
 
-from horovod_train.sharding import epoch_indices, eval_indices
+from horovod_train.sharding import elastic_batch, epoch_indices, epoch_order, eval_indices
 
 
 @pytest.mark.parametrize("num_samples, size", [(8000, 4), (10, 3), (7, 7), (5, 8)])
@@ -30,3 +30,29 @@ def test_unshuffled_shards_interleave_like_the_sampler():
 def test_test_slices_are_disjoint_and_cover_everything():
     slices = [eval_indices(10, r, 3) for r in range(3)]
     assert sorted(np.concatenate(slices).tolist()) == list(range(10))
+
+
+def elastic_epoch(num_samples: int, batch_size: int, sizes: list[int]) -> list[np.ndarray]:
+    """The batches every rank trains on in one epoch, the number of ranks
+    changing each step as `sizes` says (the last one repeats)."""
+    order, done, step, batches = epoch_order(num_samples, 0, 7), 0, 0, []
+    while done < num_samples:
+        size = sizes[min(step, len(sizes) - 1)]
+        batches += [elastic_batch(order, done, rank, size, batch_size) for rank in range(size)]
+        done, step = min(num_samples, done + size * batch_size), step + 1
+    return batches
+
+
+@pytest.mark.parametrize("sizes", [[4], [4, 4, 2], [2, 4, 1, 3], [3, 3, 8]])
+def test_an_elastic_epoch_reads_every_sample_once_however_the_ranks_change(sizes):
+    batches = elastic_epoch(1000, 16, sizes)
+    assert all(len(b) > 0 for b in batches)  # no rank without a sample
+    seen = np.concatenate(batches)
+    assert set(seen.tolist()) == set(range(1000))
+    assert len(seen) - 1000 < max(sizes)  # padding only in the last step
+
+
+def test_an_elastic_epoch_with_fixed_ranks_is_the_epochs_shuffle():
+    order = epoch_order(100, 2, 5)
+    assert np.array_equal(np.sort(order), np.arange(100))
+    assert np.array_equal(elastic_batch(order, 40, 1, 2, 10), order[40:60][1::2])
