@@ -1,0 +1,96 @@
+"""A rank killed with SIGKILL in a normal (not elastic) 4-rank run on a:2,b:2:
+horovodrun exits non-zero within a minute naming the rank, no trainer
+process is left on any host, the last checkpoint is whole, and --resume
+goes on from it."""
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import BIN, REPO, TRAINER, horovodrun, on_host
+
+from horovod_train import checkpoint
+
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]
+
+DETECT_BOUND_S = 60
+
+
+def trainer_pids() -> dict[int, int]:
+    """Every trainer process on this machine (the emulated hosts' included)
+    and its Horovod rank, read from its environment."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if b"pytorch_mnist.py" not in (entry / "cmdline").read_bytes():
+                continue
+            environ = dict(item.split("=", 1) for item in
+                           (entry / "environ").read_bytes().decode(errors="replace").split("\0")
+                           if "=" in item)
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        rank = environ.get("HOROVOD_RANK", environ.get("OMPI_COMM_WORLD_RANK"))
+        if rank is not None:
+            found[int(entry.name)] = int(rank)
+    return found
+
+
+def epochs_logged(log_dir: Path) -> int:
+    path = log_dir / "metrics.jsonl"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+@pytest.mark.parametrize("controller", ["gloo", "mpi"])
+def test_a_killed_rank_ends_the_job_fast_and_resume_goes_on(controller, cluster, mnist_dir,
+                                                           tmp_path):
+    log_dir = tmp_path / "run"
+    trainer_args = ["--data-dir", str(mnist_dir), "--no-download", "--no-progress",
+                    "--log-dir", str(log_dir), "--epochs", "4"]
+    launch = ["-np", "4", "-H", "a:2,b:2", "-p", "12345", f"--{controller}"]
+    command = [str(BIN / "horovodrun"), *launch, str(BIN / "python"), TRAINER, *trainer_args]
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
+    job = subprocess.Popen(on_host("a", command), cwd=REPO, env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while epochs_logged(log_dir) < 2:
+            assert job.poll() is None, job.stdout.read()[-3000:]
+            assert time.monotonic() < deadline, "no second epoch within 300 s"
+            time.sleep(0.2)
+        # A rank on host b: the one whose loss the launcher on a must notice.
+        ranks = trainer_pids()
+        victim_pid, victim_rank = max(ranks.items(), key=lambda item: item[1])
+        assert victim_rank == 3 and len(ranks) == 4, ranks
+        os.kill(victim_pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+        output, _ = job.communicate(timeout=DETECT_BOUND_S + 30)
+        detected_s = time.monotonic() - killed_at
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.communicate()
+    assert job.returncode != 0
+    assert detected_s < DETECT_BOUND_S, f"{detected_s:.0f} s"
+    if controller == "mpi":
+        assert "rank 3" in output and "signal 9" in output, output[-3000:]
+    else:
+        # Horovod names the first rank to exit (through ssh: 255, or 137 locally).
+        assert "The first process to do so was:\nProcess name: 3\n" in output, output[-3000:]
+    time.sleep(1)
+    assert trainer_pids() == {}, "trainer processes left behind"
+
+    saved = checkpoint.load(checkpoint.checkpoint_path(log_dir / "checkpoints"))
+    assert saved["epochs_done"] >= 2
+    resumed = horovodrun(["-np", "4", "-H", "a:2,b:2", "-p", "12345", f"--{controller}"],
+                         [*trainer_args[:3], "--epochs", "4", "--resume"], log_dir, host="a")
+    assert resumed.returncode == 0, resumed.output[-3000:]
+    assert f"resuming after epoch {saved['epochs_done']}" in resumed.output
+    assert resumed.summary["resumed_after_epoch"] == saved["epochs_done"]
+    assert resumed.summary["test_accuracy"] >= 0.95
+    print(f"{controller}: rank 3 killed during epoch {saved['epochs_done'] + 1}, "
+          f"horovodrun exited {job.returncode} after {detected_s:.1f} s")
