@@ -1,0 +1,452 @@
+"""docker/k8s/mpijob.yaml, the Kubeflow MPI Operator job, checked without a
+cluster: against the MPIJob v2beta1 schema in docker/k8s/schema/, its pod
+templates against Kubernetes' own schemas (kubernetes-validate, strict: unknown
+fields fail), and its launch command, hosts, SSH port and keys against what
+horovodrun, the trainer, the image's entrypoint and scripts/cluster_keys.sh
+expect. Each check is also shown failing on a broken copy of the manifest."""
+
+import copy
+import fnmatch
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+from conftest import REPO
+
+from horovod_train.pytorch_mnist import parse_args as trainer_parse_args
+
+MANIFEST_FILE = REPO / "docker" / "k8s" / "mpijob.yaml"
+MANIFEST = yaml.safe_load(MANIFEST_FILE.read_text())
+SCHEMA = json.loads((REPO / "docker" / "k8s" / "schema" / "mpijob-v2beta1.json").read_text())
+DOCKERFILE = (REPO / "docker" / "Dockerfile").read_text()
+ENTRYPOINT = (REPO / "docker" / "entrypoint.sh").read_text()
+# The oldest and the newest Kubernetes whose schemas kubernetes-validate ships.
+K8S_VERSIONS = ("1.25.0", kubernetes_validate.latest_version())
+# Where the v2beta1 operator mounts the hostfile it writes (OpenMPI's
+# OMPI_MCA_orte_default_hostfile points there too).
+OPERATOR_HOSTFILE = "/etc/mpi/hostfile"
+
+
+def replica(job, kind):
+    return job["spec"]["mpiReplicaSpecs"][kind]
+
+
+def container(job, kind):
+    return replica(job, kind)["template"]["spec"]["containers"][0]
+
+
+def env(job, kind):
+    return {e["name"]: e["value"] for e in container(job, kind).get("env", [])}
+
+
+def volume_for(job, kind, mount_path):
+    """The pod volume mounted at mount_path in the main container, or None."""
+    mounts = {m["mountPath"]: m["name"] for m in container(job, kind).get("volumeMounts", [])}
+    if mount_path not in mounts:
+        return None
+    volumes = replica(job, kind)["template"]["spec"].get("volumes", [])
+    return next(v for v in volumes if v["name"] == mounts[mount_path])
+
+
+def operator_hostnames(job, namespace="default"):
+    """The worker names the operator writes into the hostfile (OpenMPI:
+    '<job>-worker-<i>.<job>.<namespace>.svc slots=<slotsPerWorker>')."""
+    name = job["metadata"]["name"]
+    return [f"{name}-worker-{i}.{name}.{namespace}.svc"
+            for i in range(replica(job, "Worker")["replicas"])]
+
+
+def horovodrun_argv(job):
+    """The launcher's horovodrun arguments, after the entrypoint."""
+    launcher = container(job, "Launcher")
+    argv = launcher.get("command", []) + launcher.get("args", [])
+    return argv[argv.index("horovodrun") + 1:] if "horovodrun" in argv else []
+
+
+def launch_options(argv):
+    """-np, --hostfile, -p and the command, read as horovodrun reads them
+    (test_horovod_reads_the_command_so shows Horovod's own parser agrees)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("-np", "--num-proc", dest="num_proc", type=int)
+    parser.add_argument("-hostfile", "--hostfile", dest="hostfile")
+    parser.add_argument("-p", "--ssh-port", dest="ssh_port", type=int)
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    return parser.parse_known_args(argv)[0]
+
+
+def dockerfile_final_stage():
+    return DOCKERFILE.split("\nFROM ")[-1]
+
+
+def schema_errors(job):
+    validator = jsonschema.Draft202012Validator(SCHEMA)
+    return sorted(f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
+                  for e in validator.iter_errors(job))
+
+
+def pod_template_errors(job, version):
+    """kubernetes-validate's error for each replica's template, wrapped in a
+    core/v1 PodTemplate, in strict mode."""
+    errors = {}
+    for kind, spec in job["spec"]["mpiReplicaSpecs"].items():
+        pod_template = {"apiVersion": "v1", "kind": "PodTemplate",
+                        "metadata": {"name": f"{job['metadata']['name']}-{kind.lower()}"},
+                        "template": spec["template"]}
+        try:
+            kubernetes_validate.validate(pod_template, version, strict=True)
+        except kubernetes_validate.ValidationError as err:
+            errors[kind] = f"{'/'.join(map(str, err.absolute_path))}: {err.message}"
+    return errors
+
+
+def secret_command():
+    """The `kubectl create secret generic` command in the manifest's header."""
+    header = "\n".join(line[1:].strip() for line in MANIFEST_FILE.read_text().splitlines()
+                       if line.startswith("#"))
+    match = re.search(r"kubectl create secret generic (?:[^\n]*\\\n)*[^\n]*", header)
+    assert match, "no `kubectl create secret generic` command in the manifest's header"
+    return shlex.split(match.group(0).replace("\\\n", " "))
+
+
+def problems(job):
+    """Everything in the job that does not fit the trainer, the image or the
+    operator; [] for a good job."""
+    found = []
+    spec = job["spec"]
+    workers = replica(job, "Worker")["replicas"]
+    slots = spec.get("slotsPerWorker", 1)
+
+    # One rank per GPU: slots = GPUs per worker, ranks = workers x slots.
+    gpus = container(job, "Worker").get("resources", {}).get("limits", {}).get("nvidia.com/gpu")
+    if gpus != slots:
+        found.append(f"slotsPerWorker {slots} != nvidia.com/gpu per worker {gpus}")
+    if "nvidia.com/gpu" in container(job, "Launcher").get("resources", {}).get("limits", {}):
+        found.append("the launcher runs no rank and needs no GPU")
+    if spec.get("runLauncherAsWorker"):
+        found.append("runLauncherAsWorker adds the launcher to the hostfile")
+    options = launch_options(horovodrun_argv(job))
+    if options.num_proc != workers * slots:
+        found.append(f"-np {options.num_proc} != {workers} workers x {slots} slots")
+    if options.hostfile != OPERATOR_HOSTFILE:
+        found.append(f"--hostfile {options.hostfile}, not the operator's {OPERATOR_HOSTFILE}")
+
+    # Every container starts through the image's entrypoint (host key, keys,
+    # ssh config, sshd): a worker without a command would get "sshd -De".
+    entrypoint = re.search(r'^ENTRYPOINT \["([^"]+)"\]', dockerfile_final_stage(), re.M).group(1)
+    workdir = re.findall(r"^WORKDIR (\S+)", dockerfile_final_stage(), re.M)[-1]
+    for kind in ("Launcher", "Worker"):
+        main = container(job, kind)
+        if main.get("command", [None])[0] != entrypoint:
+            found.append(f"{kind} does not start with the image's entrypoint {entrypoint}")
+        if main.get("workingDir", workdir) != workdir:
+            found.append(f"{kind} workingDir {main['workingDir']} != the image's {workdir}")
+
+    # The trainer: a file the image carries, options its own parser accepts,
+    # its data directory mounted where the ranks run.
+    command = options.command
+    if command[:1] != ["python"] or len(command) < 2:
+        found.append(f"the ranks' command {command} is not `python SCRIPT ...`")
+    else:
+        script = command[1]
+        if not (REPO / script).is_file():
+            found.append(f"{script} is not in the repository")
+        top = script.split("/")[0]
+        if not re.search(rf"^COPY {top}/ {top}/$", dockerfile_final_stage(), re.M):
+            found.append(f"the image does not copy {top}/ into {workdir}")
+        try:
+            trainer = trainer_parse_args(command[2:])
+        except SystemExit:
+            found.append(f"the trainer rejects {command[2:]}")
+        else:
+            if volume_for(job, "Worker", str(trainer.data_dir)) is None:
+                found.append(f"--data-dir {trainer.data_dir} is not mounted on the workers")
+
+    # SSH: one port for horovodrun, the launcher's ssh config and the
+    # workers' sshd; the ssh config's hosts are the hostfile's.
+    ports = {"horovodrun -p": options.ssh_port}
+    for kind in ("Launcher", "Worker"):
+        ports[f"{kind} SSH_PORT"] = int(env(job, kind).get("SSH_PORT", 12345))
+    worker = container(job, "Worker")
+    ports["Worker containerPort"] = next(
+        (p["containerPort"] for p in worker.get("ports", []) if p.get("name") == "ssh"), None)
+    ports["Worker readinessProbe"] = worker.get("readinessProbe", {}).get(
+        "tcpSocket", {}).get("port")
+    if len(set(ports.values())) != 1:
+        found.append(f"SSH ports disagree: {ports}")
+    for kind in ("Launcher", "Worker"):
+        patterns = env(job, kind).get("CLUSTER_HOSTS", "").split()
+        unmatched = [h for h in operator_hostnames(job)
+                     if not any(fnmatch.fnmatchcase(h, p) for p in patterns)]
+        if unmatched:
+            found.append(f"{kind} CLUSTER_HOSTS {patterns} does not match {unmatched}")
+    if spec.get("launcherCreationPolicy") != "WaitForWorkersReady":
+        found.append("the launcher may start before the workers' sshd listens")
+
+    # Keys: the Secret from cluster_keys.sh's files, at the entrypoint's
+    # keys directory; the operator's own key mount away from /root/.ssh,
+    # where the entrypoint writes.
+    keys_dir = re.search(r"keys=\$\{CLUSTER_KEYS_DIR:-([^}]+)\}", ENTRYPOINT).group(1)
+    kubectl = secret_command()
+    secret_name = kubectl[kubectl.index("generic") + 1]
+    # --from-file=KEY=PATH: the Secret's keys.
+    from_files = [a.split("=")[1] for a in kubectl if a.startswith("--from-file=")]
+    for kind in ("Launcher", "Worker"):
+        keys = volume_for(job, kind, keys_dir)
+        if keys is None or "secret" not in keys:
+            found.append(f"{kind}: no Secret mounted at {keys_dir}")
+            continue
+        if keys["secret"].get("secretName") != secret_name:
+            found.append(f"{kind}: Secret {keys['secret'].get('secretName')} is not "
+                         f"the documented {secret_name}")
+        items = {i["key"]: i["path"] for i in keys["secret"].get("items", [])}
+        if set(items) != set(from_files) or any(k != p for k, p in items.items()):
+            found.append(f"{kind}: Secret items {items} != the documented keys {from_files}")
+        missing = [k for k in items if f'"$keys/{k}"' not in ENTRYPOINT]
+        if missing:
+            found.append(f"{kind}: the entrypoint does not read {missing}")
+    ssh_mount = spec.get("sshAuthMountPath", "/root/.ssh")
+    if ssh_mount.rstrip("/") in ("/root/.ssh", keys_dir) or ssh_mount.startswith("/root/.ssh/"):
+        found.append(f"sshAuthMountPath {ssh_mount} hides the entrypoint's SSH files")
+
+    # /dev/shm: memory, not the container's 64 MiB default.
+    shm = volume_for(job, "Worker", "/dev/shm")
+    if shm is None or shm.get("emptyDir", {}).get("medium") != "Memory":
+        found.append(f"/dev/shm on the workers is not a memory emptyDir: {shm}")
+
+    # Pod names: the operator's validation wants DNS-1035 labels.
+    for host in operator_hostnames(job):
+        label = host.split(".")[0]
+        if not re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", label) or len(label) > 63:
+            found.append(f"{label} is not a DNS-1035 label")
+    return found
+
+
+def edited(change):
+    job = copy.deepcopy(MANIFEST)
+    change(job)
+    return job
+
+
+# --- (a) the MPIJob against our v2beta1 schema --------------------------------
+
+def test_schema_is_a_valid_draft_2020_12_schema():
+    jsonschema.Draft202012Validator.check_schema(SCHEMA)
+
+
+def test_manifest_is_a_valid_mpijob():
+    assert schema_errors(MANIFEST) == []
+
+
+def _set(path, value):
+    def change(job):
+        *parents, last = path
+        node = job
+        for key in parents:
+            node = node[key]
+        node[last] = value
+    return change
+
+
+def _rename(path, old, new):
+    def change(job):
+        node = job
+        for key in path:
+            node = node[key]
+        node[new] = node.pop(old)
+    return change
+
+
+@pytest.mark.parametrize("change, where", [
+    (_rename(["spec"], "slotsPerWorker", "slotsPerWorkers"), "spec"),
+    (_rename(["spec", "mpiReplicaSpecs"], "Worker", "Workers"), "spec/mpiReplicaSpecs"),
+    (_rename(["spec", "mpiReplicaSpecs"], "Launcher", "launcher"), "spec/mpiReplicaSpecs"),
+    (_set(["spec", "runPolicy", "cleanPodPolicy"], "Finished"),
+     "spec/runPolicy/cleanPodPolicy"),
+    (_set(["spec", "mpiImplementation"], "OpenMPI4"), "spec/mpiImplementation"),
+    (_set(["spec", "mpiReplicaSpecs", "Worker", "restartPolicy"], "Always"),
+     "spec/mpiReplicaSpecs/Worker/restartPolicy"),
+    (_set(["spec", "mpiReplicaSpecs", "Launcher", "replicas"], 2),
+     "spec/mpiReplicaSpecs/Launcher/replicas"),
+    (_set(["spec", "mpiReplicaSpecs", "Worker", "replicas"], 0),
+     "spec/mpiReplicaSpecs/Worker/replicas"),
+    (_set(["spec", "slotsPerWorker"], "2"), "spec/slotsPerWorker"),
+    (_set(["apiVersion"], "kubeflow.org/v1"), "apiVersion"),
+    (_set(["metadata", "name"], "Horovod_MNIST"), "metadata/name"),
+    (_set(["spec", "mpiReplicaSpecs", "Launcher", "template", "spec", "containers"], []),
+     "spec/mpiReplicaSpecs/Launcher/template/spec/containers"),
+])
+def test_schema_rejects_a_broken_mpijob(change, where):
+    errors = schema_errors(edited(change))
+    assert errors, "the broken job passed the schema"
+    assert any(e.startswith(f"{where}: ") for e in errors), errors
+
+
+# --- (b) the pod templates against Kubernetes' schemas ------------------------
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+def test_pod_templates_are_valid_kubernetes(version):
+    assert pod_template_errors(MANIFEST, version) == {}
+
+
+@pytest.mark.parametrize("kind, change, words", [
+    ("Worker", lambda c: c.update(volumeMount=c.pop("volumeMounts")), "volumeMount"),
+    ("Launcher", lambda c: c.update(command=" ".join(c["command"])), "command: "),
+    ("Worker", lambda c: c["readinessProbe"].update(tcpSockets=c["readinessProbe"].pop(
+        "tcpSocket")), "tcpSockets"),
+    ("Worker", lambda c: c["ports"][0].update(containerPort="ssh-port"), "ssh-port"),
+])
+def test_kubernetes_schema_rejects_a_broken_template(kind, change, words):
+    job = copy.deepcopy(MANIFEST)
+    change(container(job, kind))
+    errors = pod_template_errors(job, K8S_VERSIONS[-1])
+    assert list(errors) == [kind]
+    assert words in errors[kind]
+
+
+# --- (c) what the trainer, horovodrun, the image and the operator expect -------
+
+def test_manifest_fits_the_trainer_the_image_and_the_operator():
+    assert problems(MANIFEST) == []
+
+
+def test_the_sizes_are_those_the_header_describes():
+    assert replica(MANIFEST, "Worker")["replicas"] == 2
+    assert MANIFEST["spec"]["slotsPerWorker"] == 2
+    assert launch_options(horovodrun_argv(MANIFEST)).num_proc == 4
+
+
+def _args(job, old, new):
+    launcher = container(job, "Launcher")
+    launcher["args"][launcher["args"].index(old)] = new
+
+
+def _env(kind, name, value):
+    def change(job):
+        for e in container(job, kind)["env"]:
+            if e["name"] == name:
+                e["value"] = value
+    return change
+
+
+@pytest.mark.parametrize("change, words", [
+    (_set(["spec", "slotsPerWorker"], 4), "slotsPerWorker 4 != nvidia.com/gpu"),
+    (_set(["spec", "mpiReplicaSpecs", "Worker", "replicas"], 3), "-np 4 != 3 workers x 2"),
+    (lambda job: _args(job, "4", "8"), "-np 8 != 2 workers x 2"),
+    (lambda job: _args(job, "12345", "22"), "SSH ports disagree"),
+    (_env("Worker", "SSH_PORT", "2222"), "SSH ports disagree"),
+    (_env("Launcher", "CLUSTER_HOSTS", "worker-*"), "Launcher CLUSTER_HOSTS"),
+    (lambda job: _args(job, "horovod_train/pytorch_mnist.py", "horovod_train/mnist_torch.py"),
+     "horovod_train/mnist_torch.py is not in the repository"),
+    (lambda job: _args(job, "--no-progress", "--no-progres-bar"), "the trainer rejects"),
+    (lambda job: _args(job, "/data", "/dataset"), "--data-dir /dataset is not mounted"),
+    (lambda job: _args(job, "/etc/mpi/hostfile", "/etc/hostfile"), "--hostfile /etc/hostfile"),
+    (lambda job: container(job, "Worker").pop("command"), "Worker does not start with"),
+    (_set(["spec", "sshAuthMountPath"], "/root/.ssh"), "sshAuthMountPath /root/.ssh"),
+    (_set(["spec", "launcherCreationPolicy"], "AtStartup"), "before the workers' sshd"),
+    (lambda job: volume_for(job, "Worker", "/dev/shm")["emptyDir"].pop("medium"),
+     "/dev/shm on the workers is not a memory emptyDir"),
+    (lambda job: volume_for(job, "Worker", "/etc/horovod/keys")["secret"]["items"].append(
+        {"key": "id_rsa", "path": "id_rsa"}), "Worker: Secret items"),
+    (lambda job: volume_for(job, "Launcher", "/etc/horovod/keys")["secret"].update(
+        secretName="cluster-keys"), "Launcher: Secret cluster-keys is not"),
+])
+def test_problems_are_found_in_a_broken_manifest(change, words):
+    found = problems(edited(change))
+    assert any(words in p for p in found), found
+
+
+def test_horovod_reads_the_command_so(tmp_path):
+    """Horovod's own parser reads the launcher's command as launch_options
+    does, and its hostfile reader gives the ranks -np asks for from a hostfile
+    written as the operator writes it."""
+    hostfile = tmp_path / "hostfile"
+    slots = MANIFEST["spec"]["slotsPerWorker"]
+    hostfile.write_text("".join(f"{h} slots={slots}\n" for h in operator_hostnames(MANIFEST)))
+    probe = (
+        "import json, sys\n"
+        "from horovod.runner import launch\n"
+        "from horovod.runner.common.util import hosts\n"
+        "argv, hostfile = json.loads(sys.argv[1]), sys.argv[2]\n"
+        "sys.argv = ['horovodrun'] + argv\n"
+        "args = launch.parse_args()\n"
+        "names, slots = hosts.parse_hosts_and_slots(hosts.parse_host_files(hostfile))\n"
+        "print(json.dumps({'np': args.num_proc, 'hostfile': args.hostfile,\n"
+        "                  'port': args.ssh_port, 'command': args.command,\n"
+        "                  'hosts': names, 'slots': slots}))\n"
+    )
+    argv = horovodrun_argv(MANIFEST)
+    run = subprocess.run([sys.executable, "-c", probe, json.dumps(argv), str(hostfile)],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    read = json.loads(run.stdout.strip().splitlines()[-1])
+    ours = launch_options(argv)
+    assert (read["np"], read["hostfile"], read["port"], read["command"]) == (
+        ours.num_proc, ours.hostfile, ours.ssh_port, ours.command)
+    assert read["hosts"] == operator_hostnames(MANIFEST)
+    assert sum(read["slots"].values()) == read["np"]
+
+
+def test_secret_holds_the_files_cluster_keys_writes(tmp_path):
+    """The documented `kubectl create secret` reads files that
+    scripts/cluster_keys.sh really writes, each under its own name."""
+    if shutil.which("ssh-keygen") is None:
+        pytest.skip("scripts/cluster_keys.sh needs ssh-keygen")
+    subprocess.run([str(REPO / "scripts" / "cluster_keys.sh"), "cluster-keys"],
+                   cwd=tmp_path, check=True, capture_output=True)
+    kubectl = secret_command()
+    assert kubectl[:4] == ["kubectl", "create", "secret", "generic"]
+    from_files = [a.removeprefix("--from-file=") for a in kubectl[5:]]
+    assert len(from_files) == len(kubectl) - 5, kubectl
+    for spec in from_files:
+        key, path = spec.split("=", 1)
+        assert path == f"cluster-keys/{key}"
+        assert (tmp_path / path).is_file(), f"cluster_keys.sh wrote no {path}"
+    assert {f.split("=")[0] for f in from_files} == {"id_ed25519", "authorized_keys"}
+
+
+def test_documented_kubectl_command_makes_the_secret_the_pods_mount(tmp_path):
+    """Run for real where kubectl is installed: --dry-run=client needs no cluster."""
+    if shutil.which("kubectl") is None or shutil.which("ssh-keygen") is None:
+        pytest.skip("needs kubectl and ssh-keygen")
+    subprocess.run([str(REPO / "scripts" / "cluster_keys.sh"), "cluster-keys"],
+                   cwd=tmp_path, check=True, capture_output=True)
+    run = subprocess.run(secret_command() + ["--dry-run=client", "-o", "json"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    secret = json.loads(run.stdout)
+    kubernetes_validate.validate(secret, K8S_VERSIONS[-1], strict=True)
+    mounted = volume_for(MANIFEST, "Worker", "/etc/horovod/keys")["secret"]
+    assert secret["metadata"]["name"] == mounted["secretName"]
+    assert set(secret["data"]) == {i["key"] for i in mounted["items"]}
+
+
+def test_ssh_config_the_entrypoint_writes_reaches_the_hostfile_names(tmp_path):
+    """The entrypoint's ssh client config, written as it writes it with the
+    launcher's CLUSTER_HOSTS and SSH_PORT, gives ssh the workers' port and the
+    cluster's key for every name in the operator's hostfile (ssh -G prints
+    the settings ssh would use, without connecting)."""
+    if shutil.which("ssh") is None:
+        pytest.skip("needs the ssh client")
+    body = re.search(r"<<CONFIG\n(.*?)\nCONFIG\n", ENTRYPOINT, re.S).group(1)
+    launcher = env(MANIFEST, "Launcher")
+    values = {"CLUSTER_HOSTS": launcher["CLUSTER_HOSTS"], "port": launcher["SSH_PORT"],
+              "checking": "accept-new"}
+    config = tmp_path / "config"
+    config.write_text(re.sub(r"\$\{(\w+)\}", lambda m: values[m.group(1)], body) + "\n")
+    for host in operator_hostnames(MANIFEST) + operator_hostnames(MANIFEST, "training"):
+        run = subprocess.run(["ssh", "-G", "-F", str(config), host],
+                             capture_output=True, text=True, timeout=30)
+        assert run.returncode == 0, run.stderr
+        settings = dict(line.split(" ", 1) for line in run.stdout.splitlines() if " " in line)
+        assert settings["port"] == launcher["SSH_PORT"] == "12345"
+        assert settings["identityfile"] == "/root/.ssh/id_ed25519"
+        assert settings["stricthostkeychecking"] == "accept-new"
