@@ -149,8 +149,24 @@ def check_free_space(engine: str) -> None:
             f"needs about {COLD_BUILD_GB} GB ({hint})")
 
 
+def pick_engine() -> str:
+    """podman where it is installed; docker where its daemon answers; else
+    podman, which ensure_tools installs: a docker client with no daemon
+    behind it (as on CI machines) builds nothing."""
+    if shutil.which("podman"):
+        return "podman"
+    if shutil.which("docker"):
+        try:
+            if subprocess.run(["docker", "info"], capture_output=True,
+                              timeout=30).returncode == 0:
+                return "docker"
+        except subprocess.TimeoutExpired:
+            pass
+    return "podman"
+
+
 def build(args) -> None:
-    engine = args.engine or ("podman" if shutil.which("podman") else "docker")
+    engine = args.engine or pick_engine()
     cpu = args.device == "cpu"
     ensure_tools(engine, need_debootstrap=cpu and engine == "podman" and not args.base_image)
     command = [engine, "build", "-f", str(REPO / "docker" / "Dockerfile"), "-t", args.tag,

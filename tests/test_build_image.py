@@ -76,3 +76,15 @@ def test_a_tagged_image_is_never_removed(tmp_path, podman_base):
         assert build_image.image_id("podman", tag) == current
     finally:
         remove_test_images(tag, current)
+
+
+def test_a_docker_client_without_a_daemon_is_not_taken_for_an_engine(tmp_path, monkeypatch):
+    """CI machines have a docker client and no daemon: the build must use
+    podman there, not fail on docker's socket."""
+    docker = shutil.which("docker")
+    if docker is None or subprocess.run([docker, "info"], capture_output=True,
+                                        timeout=30).returncode == 0:
+        pytest.skip("needs a docker client with no daemon behind it")
+    (tmp_path / "docker").symlink_to(docker)
+    monkeypatch.setenv("PATH", str(tmp_path))  # the real client, and no podman
+    assert build_image.pick_engine() == "podman"
