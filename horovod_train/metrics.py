@@ -58,12 +58,19 @@ class MetricsLog:
     """Per-epoch metrics as JSON lines and TensorBoard scalars. Only rank 0
     makes one; the others pass enabled=False and it does nothing."""
 
-    def __init__(self, log_dir: str | os.PathLike, enabled: bool, append: bool):
+    def __init__(self, log_dir: str | os.PathLike, enabled: bool, epochs_done: int = 0):
+        """A run resumed after `epochs_done` epochs keeps their lines and
+        drops any later one: a run stopped between an epoch's line and its
+        checkpoint trains that epoch again, and logs it once."""
         self.enabled = enabled
         if not enabled:
             return
-        log_dir = Path(log_dir)
-        self.jsonl = open(log_dir / METRICS_NAME, "a" if append else "w")  # noqa: SIM115
+        path = Path(log_dir) / METRICS_NAME
+        if epochs_done and path.exists():
+            kept = [line for line in path.read_text().splitlines(keepends=True)
+                    if line.endswith("\n") and json.loads(line)["epoch"] <= epochs_done]
+            atomic_write_bytes(path, "".join(kept).encode())
+        self.jsonl = open(path, "a" if epochs_done else "w")  # noqa: SIM115
         self.tensorboard = TensorBoardScalars(log_dir / "tensorboard")
 
     def log_epoch(self, record: dict) -> None:

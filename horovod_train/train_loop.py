@@ -46,7 +46,7 @@ def fit(args, rt, steps: Steps, train: mnist.Split, test: mnist.Split, epochs_do
     if per_rank == 0:
         raise UserError(f"{len(train)} training images cannot be shared by {rt.size} ranks")
     steps_per_epoch = math.ceil(per_rank / args.batch_size)
-    log = metrics.MetricsLog(args.log_dir, enabled=rt.is_root, append=epochs_done > 0)
+    log = metrics.MetricsLog(args.log_dir, enabled=rt.is_root, epochs_done=epochs_done)
     metrics.announce(rt, framework, model_name, len(train), len(test), args.lr, lr_scale,
                      epochs_done)
 

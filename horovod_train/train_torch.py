@@ -154,7 +154,7 @@ def run(args: argparse.Namespace) -> dict:
             f"{len(train_split)} training images over {rt.size} ranks give fewer than "
             f"{passes} batches of {args.batch_size} per rank"
         )
-    log = metrics.MetricsLog(args.log_dir, enabled=root, append=epochs_done > 0)
+    log = metrics.MetricsLog(args.log_dir, enabled=root, epochs_done=epochs_done)
     metrics.announce(rt, "pytorch", args.model, len(train_split), len(test_split), args.lr, scale,
                      epochs_done)
 

@@ -23,7 +23,7 @@ def test_epoch_record_turns_sums_into_means():
 
 
 def test_metrics_log_writes_json_lines_and_tensorboard_scalars(tmp_path):
-    log = metrics.MetricsLog(tmp_path, enabled=True, append=False)
+    log = metrics.MetricsLog(tmp_path, enabled=True)
     log.log_epoch(record(1, 0.9))
     log.log_epoch(record(2, 0.95))
     log.close()
@@ -37,16 +37,40 @@ def test_metrics_log_writes_json_lines_and_tensorboard_scalars(tmp_path):
     assert "train_loss" in events.Tags()["scalars"]
 
 
-def test_append_keeps_earlier_epochs(tmp_path):
-    for epoch, append in ((1, False), (2, True)):
-        log = metrics.MetricsLog(tmp_path, enabled=True, append=append)
+def test_a_resumed_run_keeps_earlier_epochs(tmp_path):
+    for epoch in (1, 2):
+        log = metrics.MetricsLog(tmp_path, enabled=True, epochs_done=epoch - 1)
         log.log_epoch(record(epoch, 0.9))
         log.close()
     assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 2
 
 
+def test_a_resumed_run_drops_epochs_its_checkpoint_does_not_hold(tmp_path):
+    """Stopped after epoch 3's line but before its checkpoint: resumed after
+    epoch 2, epoch 3 is trained again and logged once; a torn last line goes."""
+    log = metrics.MetricsLog(tmp_path, enabled=True, epochs_done=0)
+    for epoch in (1, 2, 3):
+        log.log_epoch(record(epoch, 0.9))
+    log.close()
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write('{"epoch": 4, "train_lo')
+    log = metrics.MetricsLog(tmp_path, enabled=True, epochs_done=2)
+    log.log_epoch(record(3, 0.95))
+    log.close()
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [(line["epoch"], line["test_accuracy"]) for line in lines] == [
+        (1, 0.9), (2, 0.9), (3, 0.95)]
+
+
+def test_a_fresh_run_starts_a_new_log(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text('{"epoch": 1}\n')
+    log = metrics.MetricsLog(tmp_path, enabled=True, epochs_done=0)
+    log.close()
+    assert (tmp_path / "metrics.jsonl").read_text() == ""
+
+
 def test_disabled_log_writes_nothing(tmp_path):
-    log = metrics.MetricsLog(tmp_path, enabled=False, append=False)
+    log = metrics.MetricsLog(tmp_path, enabled=False)
     log.log_epoch(record(1, 0.9))
     log.close()
     assert list(tmp_path.iterdir()) == []

@@ -3,11 +3,16 @@ Gloo and MPI, across the emulated hosts a and b with the mission command,
 and interrupted then resumed."""
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 from conftest import BIN, REPO, TRAINER, assert_trained, horovodrun
+
+from horovod_train import checkpoint
 
 pytestmark = pytest.mark.slow
 EPOCHS = ["--epochs", "3"]
@@ -37,19 +42,40 @@ def test_mission_command_across_two_hosts(controller, cluster, mnist_dir, tmp_pa
     assert {r["host"] for r in summary["ranks"] if r["local_rank"] == 1} == {"a", "b"}
 
 
-def test_resume_continues_and_ends_like_an_uninterrupted_run(mnist_dir, tmp_path):
+def test_a_run_interrupted_after_epoch_2_resumes_to_the_same_weights(mnist_dir, tmp_path):
+    """The same command, stopped with Ctrl-C (SIGINT to horovodrun) once epoch
+    2 is logged, then given --resume: it ends with the weights of a run
+    that was never stopped, bit for bit."""
     common = ["-np", "2", "-H", "localhost:2", "--gloo"]
-    data = ["--data-dir", str(mnist_dir), "--no-download"]
-    whole = horovodrun(common, [*data, "--epochs", "2"], tmp_path / "whole")
+    data = ["--data-dir", str(mnist_dir), "--no-download", "--epochs", "3"]
+    whole = horovodrun(common, data, tmp_path / "whole")
     assert whole.returncode == 0, whole.output[-3000:]
 
-    first = horovodrun(common, [*data, "--epochs", "1"], tmp_path / "parts")
-    assert first.returncode == 0, first.output[-3000:]
-    second = horovodrun(common, [*data, "--epochs", "2", "--resume"], tmp_path / "parts")
+    log_dir = tmp_path / "parts"
+    job = subprocess.Popen([str(BIN / "horovodrun"), *common, str(BIN / "python"), TRAINER,
+                            "--log-dir", str(log_dir), "--no-progress", *data], cwd=REPO,
+                           env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"},
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        metrics_log = log_dir / "metrics.jsonl"
+        while not (metrics_log.exists() and len(metrics_log.read_text().splitlines()) >= 2):
+            assert job.poll() is None and time.monotonic() < deadline, "no epoch 2"
+            time.sleep(0.1)
+        job.send_signal(signal.SIGINT)
+        assert job.wait(timeout=60) != 0
+    finally:
+        if job.poll() is None:
+            job.kill()
+    # Epoch 2's line is written just before its checkpoint: the stop may
+    # have come between them, and resuming from epoch 1 must give the same.
+    saved = checkpoint.load(checkpoint.checkpoint_path(log_dir / "checkpoints"))["epochs_done"]
+    assert saved in (1, 2)
+    second = horovodrun(common, [*data, "--resume"], log_dir)
     assert second.returncode == 0, second.output[-3000:]
-    assert "resuming after epoch 1" in second.output
-    assert second.summary["resumed_after_epoch"] == 1
-    assert [e["epoch"] for e in second.epochs] == [1, 2]
+    assert f"resuming after epoch {saved}" in second.output
+    assert second.summary["resumed_after_epoch"] == saved
+    assert [e["epoch"] for e in second.epochs] == [1, 2, 3]
     # Same data order, dropout draws, momentum and schedule: the same weights.
     assert second.summary["weights_digest"] == whole.summary["weights_digest"]
 
