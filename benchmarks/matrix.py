@@ -35,7 +35,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from horovod_train.atomic import atomic_write_bytes  # noqa: E402
+from horovod_train.atomic import atomic_write_bytes, atomic_write_json  # noqa: E402
 from horovod_train.hosts import is_local  # noqa: E402
 
 EMULATE = REPO / "scripts" / "emulate_cluster.sh"
@@ -480,7 +480,7 @@ def network(args) -> dict:
 
 def write_outputs(out_dir: Path, results: dict, launchers: list[str]) -> None:
     rows = results["rows"]
-    atomic_write_bytes(out_dir / "results.json", (json.dumps(results, indent=2) + "\n").encode())
+    atomic_write_json(out_dir / "results.json", results)
     atomic_write_bytes(out_dir / "scaling.csv", scaling_csv(rows).encode())
     s = results["settings"]
     title = (f"{s['model']} ({s['workload']}), batch {s['batch_per_rank']} per rank, "

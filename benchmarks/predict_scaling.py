@@ -36,7 +36,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from horovod_train.atomic import atomic_write_bytes  # noqa: E402
+from horovod_train.atomic import atomic_write_bytes, atomic_write_json  # noqa: E402
 
 PROG = "predict_scaling"
 DEFAULT_LAYOUTS = "1x1,1x2,2x2,2x4,4x8,16x8"
@@ -397,7 +397,7 @@ def main(argv: list[str]) -> int:
     if args.markdown is not None:
         atomic_write_bytes(args.markdown, text.encode())
     if args.json is not None:
-        atomic_write_bytes(args.json, (json.dumps(report, indent=2) + "\n").encode())
+        atomic_write_json(args.json, report)
     return 0
 
 

@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[0] = str(REPO)  # the checkout's package
 
 from horovod_train import mnist, options  # noqa: E402
-from horovod_train.atomic import atomic_write_bytes  # noqa: E402
+from horovod_train.atomic import atomic_write_json  # noqa: E402
 from horovod_train.errors import UserError, run_main  # noqa: E402
 from horovod_train.presets import PRESETS, describe_preset  # noqa: E402
 
@@ -118,14 +118,6 @@ def check_writable(path: Path) -> None:
         raise UserError(f"cannot write {path}: {path.parent} is not writable")
 
 
-def write_json(path: Path, record: dict) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(path, (json.dumps(record, indent=2) + "\n").encode())
-    except OSError as err:
-        raise UserError(f"cannot write {path}: {err.strerror or err}") from None
-
-
 def main() -> int:
     args = parse_args(sys.argv[1:])
     if args.json:
@@ -153,7 +145,7 @@ def main() -> int:
     }
     print(format_record(record), flush=True)
     if args.json:
-        write_json(args.json, record)
+        atomic_write_json(args.json, record)
     return 0 if reached else 1
 
 

@@ -21,14 +21,13 @@ is enough for throughput. Run it as one process (no horovodrun).
 """
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 sys.path[0] = str(Path(__file__).resolve().parent.parent)  # the checkout's package
 
 from horovod_train import options  # noqa: E402
-from horovod_train.atomic import atomic_write_bytes  # noqa: E402
+from horovod_train.atomic import atomic_write_json  # noqa: E402
 from horovod_train.errors import UserError, run_main  # noqa: E402
 from horovod_train.models import MNIST_MODELS  # noqa: E402
 
@@ -72,14 +71,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def write_json(path: Path, record: dict) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(path, (json.dumps(record, indent=2) + "\n").encode())
-    except OSError as err:
-        raise UserError(f"cannot write {path}: {err.strerror or err}") from None
-
-
 def main() -> int:
     args = parse_args(sys.argv[1:])
     # Imported after parsing, so --help and option errors answer at once.
@@ -112,7 +103,7 @@ def main() -> int:
     if rt.is_root:
         print(throughput.format_record(record), flush=True)
         if args.json:
-            write_json(args.json, record)
+            atomic_write_json(args.json, record)
     return 0
 
 

@@ -3,11 +3,14 @@ a part: a temporary file in the same directory, fsync, rename, fsync the
 directory. A crash mid-write leaves at most a stray temporary file."""
 
 import contextlib
+import json
 import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
+
+from horovod_train.errors import UserError
 
 
 @contextlib.contextmanager
@@ -38,3 +41,14 @@ def atomic_output(path: str | os.PathLike) -> Iterator[BinaryIO]:
 def atomic_write_bytes(path: str | os.PathLike, payload: bytes) -> None:
     with atomic_output(path) as f:
         f.write(payload)
+
+
+def atomic_write_json(path: str | os.PathLike, record) -> None:
+    """Indented JSON with a final newline, written atomically, its directory
+    made if needed; a place that cannot be written is a one-line UserError."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(path, (json.dumps(record, indent=2) + "\n").encode())
+    except OSError as err:
+        raise UserError(f"cannot write {path}: {err.strerror or err}") from None

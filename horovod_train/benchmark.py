@@ -8,7 +8,6 @@ backward pass (the communication left exposed, not hidden behind compute);
 rank 0 writes them all to benchmark.json."""
 
 import itertools
-import json
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -18,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from horovod_train.atomic import atomic_write_bytes
+from horovod_train.atomic import atomic_write_json
 
 RESULT_NAME = "benchmark.json"
 
@@ -133,8 +132,7 @@ def summarize(per_rank: list[dict], settings: dict, measures_allreduce: bool) ->
 
 def write_result(log_dir: Path, record: dict) -> Path:
     path = Path(log_dir) / RESULT_NAME
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(path, (json.dumps(record, indent=2) + "\n").encode())
+    atomic_write_json(path, record)
     return path
 
 
