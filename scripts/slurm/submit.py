@@ -1,0 +1,200 @@
+#!/usr/bin/env python3
+"""Submit Horovod training to Slurm from Python, with Submitit: the same job
+as scripts/slurm/horovod.sbatch (horovod_train/slurm.py turns the allocation
+into horovodrun's -np and -H and runs the trainer), plus requeue-and-resume.
+
+    scripts/slurm/submit.py --nodes 2 --tasks-per-node 2 --time 60 -- \\
+        --epochs 3 --data-dir data --no-progress
+
+Options before `--` shape the job; what follows `--` goes to the trainer.
+It prints the job id and its log, then waits for the job and prints how it
+ended (--no-wait: returns after submitting).
+
+Preemption and time limits: Slurm sends the job's Python a signal
+--signal-delay seconds before the time limit (and `scancel --batch
+--signal=USR2 JOB` sends the same); Submitit then calls the job's
+checkpoint(), which resubmits it with --resume, and requeues it, so the
+trainer continues from its last checkpoint (at most --max-requeues times
+after time limits; preemptions always). A job that Slurm itself requeued
+(preemption with PreemptMode=REQUEUE, a node failure) also resumes.
+
+Submitit keeps its files (the pickled job, the logs) in --folder, which must
+be on a filesystem that every node sees, as the checkout must be.
+"""
+
+import argparse
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+try:
+    import submitit
+except ImportError:  # said in one line by main()
+    submitit = None
+
+REPO = Path(__file__).resolve().parent.parent.parent
+sys.path.insert(0, str(REPO))
+
+from horovod_train import slurm  # noqa: E402
+from horovod_train.errors import UserError, run_main  # noqa: E402
+
+# Slurm states after which the job will not run again (requeued jobs pass
+# through PENDING and REQUEUED instead).
+FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
+                "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
+POLL_S = 2.0
+
+
+class HorovodJob:
+    """What the Slurm job runs (Submitit pickles it): horovodrun across the
+    allocation, in the batch step on the first node, as horovod.sbatch does."""
+
+    def __init__(self, settings: slurm.Settings):
+        self.settings = settings
+
+    def __call__(self, trainer_args: list[str]) -> dict:
+        started = time.monotonic()
+        code = slurm.run_job(trainer_args, settings=self.settings)
+        if code != 0:
+            raise RuntimeError(f"horovodrun exited {code}")
+        return {"exit_code": code, "wall_time_s": round(time.monotonic() - started, 1)}
+
+    def checkpoint(self, trainer_args: list[str]):
+        """Submitit calls this on the pre-timeout or preemption signal: the
+        requeued job is this one again, resuming from the trainer's checkpoint."""
+        resumed = trainer_args if "--resume" in trainer_args else [*trainer_args, "--resume"]
+        return submitit.helpers.DelayedSubmission(self, resumed)
+
+
+def make_executor(args: argparse.Namespace):
+    # `exec`: the batch shell becomes Submitit's Python, so that the
+    # pre-timeout signal sent to the batch shell (B: below) reaches it.
+    executor = submitit.SlurmExecutor(folder=Path(args.folder).resolve(),
+                                      max_num_timeout=args.max_requeues,
+                                      python=f"exec {shlex.quote(sys.executable)}")
+    allocation = {"nodes": args.nodes, "ntasks_per_node": args.tasks_per_node}
+    if args.gpus_per_node:
+        allocation["gpus_per_node"] = args.gpus_per_node
+    executor.update_parameters(
+        job_name=args.job_name, time=args.time, partition=args.partition,
+        signal_delay_s=args.signal_delay, stderr_to_stdout=True,
+        # One process, the launcher, in the batch step: it starts the ranks
+        # with horovodrun. Without srun there is no step to signal, hence
+        # B: (the batch shell).
+        use_srun=False,
+        # The allocation's shape goes to sbatch as is. Given to Submitit as
+        # nodes and tasks, it would count nodes x tasks Python processes and
+        # wait for a result from each.
+        additional_parameters={**allocation, "signal": f"B:USR2@{args.signal_delay}",
+                               "requeue": True})
+    return executor
+
+
+def job_state(job_id: str) -> str | None:
+    """Slurm's state of the job (scontrol, which needs no accounting), or
+    None once Slurm has forgotten it."""
+    result = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True,
+                            text=True, timeout=60)
+    for field in result.stdout.split():
+        if field.startswith("JobState="):
+            return field.split("=", 1)[1]
+    return None
+
+
+def wait(job, log: Path) -> int:
+    """Until the job has its result, or Slurm says it ended without one."""
+    started = time.monotonic()
+    ended_at = None
+    while not job.paths.result_pickle.exists():
+        state = job_state(job.job_id)
+        if state in FINAL_STATES or state is None:
+            # The result is written just before the job ends: give it a moment.
+            ended_at = ended_at or time.monotonic()
+            if time.monotonic() - ended_at > 10:
+                print(f"submit: error: job {job.job_id} ended {state or '(forgotten by Slurm)'} "
+                      f"without a result; log: {log}", file=sys.stderr)
+                return 1
+        time.sleep(POLL_S)
+    elapsed = time.monotonic() - started
+    try:
+        result = job.result()
+    except Exception as err:  # the job's own exception, re-raised by Submitit
+        last = str(err).strip().splitlines()[-1:] or [type(err).__name__]
+        print(f"submit: error: job {job.job_id} failed after {elapsed:.0f} s: {last[0]}; "
+              f"log: {log}", file=sys.stderr)
+        return 1
+    print(f"submit: job {job.job_id} {job_state(job.job_id) or 'finished'} after "
+          f"{elapsed:.0f} s: {result}")
+    return 0
+
+
+def positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text} must be an integer >= 1")
+    return int(text)
+
+
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    parser = argparse.ArgumentParser(prog="submit.py", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    job = parser.add_argument_group("the job")
+    job.add_argument("--nodes", type=positive, default=2)
+    job.add_argument("--tasks-per-node", type=positive, default=2,
+                     help="Horovod ranks per node (on GPU nodes: one per GPU)")
+    job.add_argument("--gpus-per-node", type=positive, default=None,
+                     help="GPUs per node (sbatch --gpus-per-node)")
+    job.add_argument("--partition", default=None, help="default: the cluster's default")
+    job.add_argument("--time", type=positive, default=60, help="time limit, minutes")
+    job.add_argument("--job-name", default="horovod")
+    job.add_argument("--folder", default="logs/submitit",
+                     help="Submitit's files and the job's log, on a filesystem every "
+                          "node sees (default %(default)s)")
+    run = parser.add_argument_group("what it runs (as horovod.sbatch's variables)")
+    run.add_argument("--runtime", choices=slurm.RUNTIMES, default="venv")
+    run.add_argument("--image", default=None, help="apptainer or pyxis image")
+    run.add_argument("--keys", default=None, help="apptainer, pyxis: the cluster's key directory")
+    run.add_argument("--mounts", default=None, help="apptainer, pyxis: SRC:DST[:ro],...")
+    run.add_argument("--ssh-port", default=None, help="the nodes' SSH port for horovodrun")
+    run.add_argument("--trainer", default=slurm.DEFAULT_TRAINER)
+    run.add_argument("--resume", action="store_true",
+                     help="start from the trainer's last checkpoint")
+    run.add_argument("--checkout", default=str(REPO), help="the checkout the nodes run")
+    requeue = parser.add_argument_group("requeue")
+    requeue.add_argument("--max-requeues", type=int, default=3,
+                         help="requeues after time limits (preemptions do not count)")
+    requeue.add_argument("--signal-delay", type=positive, default=120,
+                         help="seconds before the time limit that the job is signalled "
+                              "to requeue")
+    parser.add_argument("--no-wait", action="store_true", help="return after submitting")
+    if "--" in argv:
+        split = argv.index("--")
+        return parser.parse_args(argv[:split]), argv[split + 1:]
+    return parser.parse_args(argv), []
+
+
+def main() -> int:
+    args, trainer_args = parse_args(sys.argv[1:])
+    # Checked here, before anything is submitted.
+    settings = slurm.make_settings(runtime=args.runtime, image=args.image, keys=args.keys,
+                                   mounts=args.mounts, ssh_port=args.ssh_port,
+                                   trainer=args.trainer, resume=args.resume,
+                                   checkout=args.checkout)
+    if submitit is None:
+        raise UserError("submitit is not installed: pip install submitit "
+                        "(scripts/setup.sh installs it)")
+    try:
+        job = make_executor(args).submit(HorovodJob(settings), trainer_args)
+    except submitit.core.utils.FailedJobError as err:  # sbatch refused, with its output
+        raise UserError(f"sbatch failed: {str(err).strip().splitlines()[-1]}") from None
+    log = job.paths.stdout
+    print(f"submit: job {job.job_id} submitted ({args.nodes} nodes x {args.tasks_per_node} "
+          f"tasks); log: {log}", flush=True)
+    if args.no_wait:
+        return 0
+    return wait(job, log)
+
+
+if __name__ == "__main__":
+    run_main(main, prog="submit")
