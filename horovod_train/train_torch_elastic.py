@@ -81,10 +81,10 @@ def run(args: argparse.Namespace) -> dict:
         test_metrics = {"test_loss": math.nan, "test_accuracy": math.nan}
         while state.epoch < args.epochs:
             model.train()
-            order = torch.from_numpy(sharding.epoch_order(n_train, state.epoch, args.seed))
+            order = sharding.epoch_order(n_train, state.epoch, args.seed)
             steps = 0
             while state.samples_done < n_train:
-                indices = sharding.elastic_batch(order.numpy(), state.samples_done, hvd.rank(),
+                indices = sharding.elastic_batch(order, state.samples_done, hvd.rank(),
                                                  hvd.size(), args.batch_size)
                 images, labels = train_data.batch(torch.from_numpy(indices).to(device))
                 for group in optimizer.param_groups:
