@@ -37,6 +37,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from horovod_train.atomic import atomic_write_bytes, atomic_write_json  # noqa: E402
+from horovod_train.options import non_negative_float, positive_float  # noqa: E402
 
 PROG = "predict_scaling"
 DEFAULT_LAYOUTS = "1x1,1x2,2x2,2x4,4x8,16x8"
@@ -59,26 +60,6 @@ def parse_layouts(text: str) -> list[tuple[int, int]]:
                 f"{item.strip()!r} is not a layout NxG (nodes x ranks per node, both >= 1)")
         layouts.append((int(nodes), int(per_node)))
     return layouts
-
-
-def positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
-    return value
-
-
-def non_negative(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0")
-    return value
 
 
 def load_results(path: Path) -> dict:
@@ -331,14 +312,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help=f"layouts NxG to predict (default {DEFAULT_LAYOUTS})")
     parser.add_argument("--launcher", choices=["horovod", "ddp"], default="horovod",
                         help="whose runs to model (default horovod)")
-    parser.add_argument("--inter-gbit", type=positive, metavar="GBIT",
+    parser.add_argument("--inter-gbit", type=positive_float, metavar="GBIT",
                         help="bandwidth between nodes in Gbit/s (default: fitted)")
-    parser.add_argument("--inter-latency-us", type=non_negative, metavar="US",
+    parser.add_argument("--inter-latency-us", type=non_negative_float, metavar="US",
                         help="latency between nodes in microseconds (default: fitted, or 0 "
                              "when only one rank count was measured)")
-    parser.add_argument("--intra-gbit", type=positive, metavar="GBIT",
+    parser.add_argument("--intra-gbit", type=positive_float, metavar="GBIT",
                         help="bandwidth inside a node in Gbit/s (default: fitted from 1xG)")
-    parser.add_argument("--intra-latency-us", type=non_negative, metavar="US",
+    parser.add_argument("--intra-latency-us", type=non_negative_float, metavar="US",
                         help="latency inside a node in microseconds")
     parser.add_argument("--fp16", action="store_true",
                         help="predict with gradients halved, as --fp16-allreduce sends them")

@@ -12,7 +12,8 @@ def _number(kind, minimum, inclusive: bool):
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not {noun}") from None
-        if value < minimum or (value == minimum and not inclusive):
+        # Written so that NaN, which compares false with everything, fails too.
+        if not (value > minimum or (inclusive and value == minimum)):
             bound = f">= {minimum}" if inclusive else f"> {minimum}"
             raise argparse.ArgumentTypeError(f"{text} must be {bound}")
         return value
