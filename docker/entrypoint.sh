@@ -52,4 +52,9 @@ else
   echo "entrypoint: no $keys/authorized_keys (mount the output of scripts/cluster_keys.sh there): sshd not started" >&2
 fi
 
+# The image is the environment; the trainers come from the checkout.
+if [[ ! -d /workspace/horovod_train ]]; then
+  echo "entrypoint: /workspace has no horovod_train/: mount the checkout there (docker run -v \"\$PWD\":/workspace ...)" >&2
+fi
+
 exec "$@"

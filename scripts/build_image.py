@@ -1,15 +1,19 @@
-"""Build the training image from docker/Dockerfile with podman (or docker).
+"""Build the training image, `docker build docker/` as users type it, with
+podman (or docker): the GPU variant (default) or the CPU one.
 
-For the CPU variant with podman, everything the build needs comes from this
-machine, so it also works where no registry but PyPI and Debian's mirrors
-can be reached:
-  - the base image is Debian bookworm made with debootstrap and imported
+With podman, everything the build needs comes from this machine, so it also
+works where no registry but PyPI and Debian's mirrors can be reached:
+  - the base image (the Dockerfile's default is debian:bookworm) is Debian
+    bookworm made with debootstrap and imported
     (localhost/debian-base:bookworm), once;
-  - Python packages come from a wheelhouse that `pip download` fills from
-    scripts/constraints.txt, kept outside the checkout and keyed by it;
-  - Horovod's wheel cache is mounted, so scripts/build_horovod.sh inside the
-    build takes the wheel built by a local setup with the same inputs.
-podman also reuses the layers of an earlier build whose inputs are unchanged.
+  - Python packages, the CUDA compiler's wheels and Horovod's sdist come
+    from one wheelhouse for both variants, filled by `pip download` from the
+    lock (docker/env/constraints.txt), kept outside the checkout, keyed by it;
+  - Horovod's wheel cache is mounted, so docker/env/build_horovod.sh inside
+    the build takes a wheel built before with the same inputs (by a local
+    setup or an earlier image build), and leaves there the wheel it builds.
+podman also reuses the layers of an earlier build whose inputs are
+unchanged, and the two variants share the layers before DEVICE is declared.
 """
 
 import argparse
@@ -23,10 +27,12 @@ import tempfile
 import time
 from pathlib import Path
 
-import build_horovod  # this directory's: the Horovod wheel cache it keeps
-
 REPO = Path(__file__).resolve().parent.parent
-CONSTRAINTS = REPO / "scripts" / "constraints.txt"
+CONTEXT = REPO / "docker"  # the build context, as in `docker build docker/`
+sys.path.insert(0, str(CONTEXT / "env"))
+import build_horovod  # noqa: E402  (the recipe's: its wheel cache, the lock, the sdist)
+
+CONSTRAINTS = build_horovod.LOCK
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "horovod-train"
 DEBIAN_BASE = "localhost/debian-base:bookworm"
 MIN_FREE_GB = 10
@@ -105,15 +111,13 @@ def debian_base(engine: str) -> str:
 
 
 def wheelhouse(python: str) -> Path:
-    """Every pinned package of the CPU environment as wheels (mpi4py as its
-    source, to be compiled against the image's OpenMPI), keyed by the lock."""
+    """Every pinned package of both variants as wheels (mpi4py and Horovod as
+    their sources, compiled in the build), keyed by the lock."""
     lock = CONSTRAINTS.read_text()
     house = CACHE / f"wheelhouse-{hashlib.sha256(lock.encode()).hexdigest()[:12]}"
     if (house / "COMPLETE").is_file():
         return house
-    # The CUDA 12 TensorFlow section serves GPU images only.
-    pins = [line for line in lock.split("# GPU TensorFlow")[0].splitlines()
-            if line.strip() and not line.startswith("#")]
+    pins = [line for line in lock.splitlines() if line.strip() and not line.startswith("#")]
     log(f"filling the wheelhouse {house} ({len(pins)} packages)")
     for stale in CACHE.glob("wheelhouse-*"):  # a few GB each: keep the current lock's only
         shutil.rmtree(stale)
@@ -124,8 +128,9 @@ def wheelhouse(python: str) -> Path:
         run(python, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary", ":all:",
             "-d", str(house), "-r", requirements.name)
     mpi4py = next(p for p in pins if p.startswith("mpi4py=="))
+    horovod = f"horovod=={build_horovod.HOROVOD_VERSION}"
     run(python, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
-        "-d", str(house), mpi4py)
+        "-d", str(house), mpi4py, horovod)
     (house / "COMPLETE").write_text(lock)
     return house
 
@@ -167,16 +172,13 @@ def pick_engine() -> str:
 
 def build(args) -> None:
     engine = args.engine or pick_engine()
-    cpu = args.device == "cpu"
-    ensure_tools(engine, need_debootstrap=cpu and engine == "podman" and not args.base_image)
-    command = [engine, "build", "-f", str(REPO / "docker" / "Dockerfile"), "-t", args.tag,
-               "--build-arg", f"DEVICE={args.device}"]
-    if cpu:
-        base = args.base_image or (debian_base(engine) if engine == "podman" else "debian:bookworm")
-        command += ["--build-arg", f"BASE_IMAGE={base}", "--build-arg", f"RUNTIME_IMAGE={base}"]
-    elif args.base_image:
-        command += ["--build-arg", f"BASE_IMAGE={args.base_image}"]
-    if engine == "podman":
+    podman = engine == "podman"
+    ensure_tools(engine, need_debootstrap=podman and not args.base_image)
+    command = [engine, "build", "-t", args.tag, "--build-arg", f"DEVICE={args.device}"]
+    base = args.base_image or (debian_base(engine) if podman else None)
+    if base:
+        command += ["--build-arg", f"BASE_IMAGE={base}"]
+    if podman:
         # chroot isolation: RUN steps need no container runtime or cgroups;
         # docker format: OCI images drop the Dockerfile's SHELL (pipefail).
         # --force-rm: a failed step leaves no multi-GB working container.
@@ -185,18 +187,17 @@ def build(args) -> None:
         # The cache that setup.sh fills, wherever HOROVOD_WHEEL_CACHE puts it.
         wheel_cache = build_horovod.default_cache_dir()
         wheel_cache.mkdir(parents=True, exist_ok=True)
-        command += ["-v", f"{wheel_cache}:/root/.cache/horovod-train/wheels"]
-        if cpu:
-            command += ["-v", f"{wheelhouse(args.python)}:/wheelhouse:ro"]
+        command += ["-v", f"{wheel_cache}:/root/.cache/horovod-train/wheels",
+                    "-v", f"{wheelhouse(args.python)}:/wheelhouse:ro"]
     started = time.monotonic()
-    log(" ".join(command + [str(REPO)]))
+    log(" ".join(command + [str(CONTEXT)]))
     # The builder stage gets a tag of its own: its layers are the cache of the
     # next build.
     builder_tag = f"{args.tag}-builder"
     builder = command.copy()
     builder[builder.index(args.tag)] = builder_tag
     old_builder, old_final = image_id(engine, builder_tag), image_id(engine, args.tag)
-    run(*builder, "--target", "builder", str(REPO))
+    run(*builder, "--target", "builder", str(CONTEXT))
     if old_builder and image_id(engine, builder_tag) != old_builder:
         # A new builder means a new venv to copy: the old final image can't be
         # reused. Both go before the final stage is built (~8 GB each).
@@ -205,7 +206,7 @@ def build(args) -> None:
         if old_final:
             run(engine, "untag", old_final, stdout=subprocess.DEVNULL)
             remove_superseded(engine, old_final)
-    run(*command, str(REPO))
+    run(*command, str(CONTEXT))
     if old_final and image_id(engine, args.tag) != old_final:
         remove_superseded(engine, old_final)
     info = json.loads(subprocess.run([engine, "image", "inspect", args.tag], capture_output=True,
@@ -217,13 +218,14 @@ def build(args) -> None:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="build_image.sh", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", choices=["cpu", "gpu"], default="cpu")
+    parser.add_argument("--device", choices=["gpu", "cpu"], default="gpu")
     parser.add_argument("--tag", default=None,
                         help="image name (default localhost/horovod-train:DEVICE)")
     parser.add_argument("--engine", choices=["podman", "docker"], default=None,
                         help="default: podman if installed, else docker")
     parser.add_argument("--base-image", default=None,
-                        help="base image (CPU default: Debian bookworm; GPU: the Dockerfile's)")
+                        help="base image (default: the Dockerfile's debian:bookworm; with podman "
+                             "the same made here with debootstrap)")
     parser.add_argument("--python", default=sys.executable,
                         help="Python whose pip fills the wheelhouse")
     args = parser.parse_args(argv)

@@ -15,6 +15,7 @@ import argparse
 import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 CONTAINER = "horovod-train"
 
@@ -40,6 +41,8 @@ def start_command(args, hosts) -> list[str]:
     command = [args.engine, "run", "-d", "--rm", "--name", CONTAINER, "--network", "host",
                "--shm-size", args.shm_size,
                "-v", f"{args.keys}:/etc/horovod/keys:ro",
+               # The image is the environment, the checkout the code.
+               "-v", f"{args.workspace}:/workspace",
                "-e", f"CLUSTER_HOSTS={' '.join(name for name, _ in hosts)}",
                "-e", f"SSH_PORT={args.port}"]
     if args.gpus != "none":
@@ -67,6 +70,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--image", default="horovod-train")
     parser.add_argument("--keys", required=True, help="cluster key directory on every host")
     parser.add_argument("--data", help="data directory on every host, mounted at /data")
+    parser.add_argument("--workspace", default=str(Path(__file__).resolve().parent.parent),
+                        help="the checkout on every host, mounted at /workspace "
+                             "(default: this checkout's path)")
     parser.add_argument("--gpus", default="all", help="docker --gpus value, or none")
     parser.add_argument("--shm-size", default="16g")
     parser.add_argument("--port", type=int, default=12345, help="the containers' sshd port")

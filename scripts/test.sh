@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The README's test command: set up (or reuse) the environment and the image,
-# lint, then run the whole test suite for real: Horovod, OpenMPI, sshd in
-# emulated hosts, the image run as two hosts.
+# The README's test command: set up (or reuse) the environment and both
+# images, lint, then run the whole test suite for real: Horovod, OpenMPI,
+# sshd in emulated hosts, each image run as two hosts. Ends with the time of
+# each phase.
 set -euo pipefail
 
 case "${1:-}" in
@@ -10,23 +11,47 @@ case "${1:-}" in
 Usage: scripts/test.sh [PYTEST ARGS...]
 
 Runs scripts/setup.sh for PyTorch, TensorFlow and MXNet and
-scripts/build_image.sh for the CPU image (both fast when already done), ruff,
-then pytest with the given arguments (e.g. -k resume, -m "not cluster").
-Tests on the emulated hosts and the image need root; elsewhere they are
-skipped with the reason.
+scripts/build_image.sh for the GPU and the CPU image (all fast when already
+done), ruff, then pytest with the given arguments (e.g. -k resume,
+-m "not cluster"). Tests on the emulated hosts and the images need root;
+elsewhere they are skipped with the reason.
 USAGE
     exit 0 ;;
 esac
 
 cd "$(dirname "$0")/.."
-# All three frameworks: the suite trains each of them for real.
-scripts/setup.sh --frameworks pytorch,tensorflow,mxnet
-# The CPU image, built for real with podman (root needed for its storage and
-# for running it as emulated hosts); its tests skip, saying why, elsewhere.
+phases=()
+phase_started=$SECONDS
+end_phase() {
+  phases+=("$1 $((SECONDS - phase_started)) s")
+  phase_started=$SECONDS
+}
+report() {
+  local code=$?
+  echo "test.sh: phase times: $(IFS=';'; echo "${phases[*]:-none}" | sed 's/;/, /g')"
+  exit "$code"
+}
+trap report EXIT
+
+# All three frameworks: the suite trains each of them for real. No GPU
+# operations: the CPU image shares this Horovod wheel.
+scripts/setup.sh --frameworks pytorch,tensorflow,mxnet --gpu-ops none
+end_phase setup
+# Both images, built with podman from docker/ as the context, as users type
+# it (root needed for its storage and for running them as emulated hosts).
 if [[ $(id -u) -eq 0 ]]; then
   scripts/build_image.sh --device cpu
+  end_phase "cpu image"
+  scripts/build_image.sh --device gpu
+  end_phase "gpu image"
 else
-  echo "test.sh: not root: the image is not built and its tests will be skipped"
+  echo "test.sh: not root: the images are not built and their tests will be skipped"
 fi
 .venv/bin/ruff check .
-exec .venv/bin/python -m pytest "$@"
+end_phase lint
+set +e
+.venv/bin/python -m pytest "$@"
+code=$?
+set -e
+end_phase tests
+exit "$code"

@@ -95,17 +95,24 @@ def cluster(emulated) -> dict:
     return emulated.ensure()
 
 
-IMAGE = os.environ.get("HOROVOD_TRAIN_IMAGE", "localhost/horovod-train:cpu")
+# The two variants scripts/test.sh builds with scripts/build_image.sh.
+IMAGES = {"cpu": os.environ.get("HOROVOD_TRAIN_IMAGE", "localhost/horovod-train:cpu"),
+          "gpu": os.environ.get("HOROVOD_TRAIN_GPU_IMAGE", "localhost/horovod-train:gpu")}
+
+
+def require_image(device: str) -> str:
+    if shutil.which("podman") is None:
+        pytest.skip("podman is not installed (scripts/build_image.sh installs it)")
+    image = IMAGES[device]
+    if subprocess.run(["podman", "image", "exists", image]).returncode != 0:
+        pytest.skip(f"no image {image}: scripts/build_image.sh --device {device} builds it")
+    return image
 
 
 @pytest.fixture(scope="session")
 def image() -> str:
-    """The CPU image that scripts/test.sh builds with scripts/build_image.sh."""
-    if shutil.which("podman") is None:
-        pytest.skip("podman is not installed (scripts/build_image.sh installs it)")
-    if subprocess.run(["podman", "image", "exists", IMAGE]).returncode != 0:
-        pytest.skip(f"no image {IMAGE}: scripts/build_image.sh builds it")
-    return IMAGE
+    """The CPU image."""
+    return require_image("cpu")
 
 
 @pytest.fixture(scope="session")
@@ -116,12 +123,20 @@ def image_mounts(mnist_dir, tmp_path_factory) -> dict:
     return {"data": mnist_dir, "runs": runs}
 
 
-@pytest.fixture
-def image_cluster(emulated, image, image_mounts) -> dict:
-    """Hosts a and b as containers of the image: its entrypoint, its sshd."""
+def image_hosts(emulated, image: str, image_mounts: dict) -> dict:
+    """Hosts a and b as containers of an image (its entrypoint, its sshd)
+    with the documented mounts: the checkout at /workspace, the data, the
+    outputs."""
     return emulated.ensure("--image", image,
+                           "--mount", f"{REPO}:/workspace:ro",
                            "--mount", f"{image_mounts['data']}:/data:ro",
                            "--mount", f"{image_mounts['runs']}:/runs")
+
+
+@pytest.fixture
+def image_cluster(emulated, image, image_mounts) -> dict:
+    """Hosts a and b as containers of the CPU image."""
+    return image_hosts(emulated, image, image_mounts)
 
 
 def horovod_frameworks() -> set[str]:

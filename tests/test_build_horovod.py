@@ -13,9 +13,10 @@ from types import SimpleNamespace
 import pytest
 from conftest import BIN, REPO
 
-SCRIPT = REPO / "scripts" / "build_horovod.sh"
-spec = importlib.util.spec_from_file_location("build_horovod",
-                                              REPO / "scripts" / "build_horovod.py")
+ENV_DIR = REPO / "docker" / "env"  # the environment recipe, also the image's
+SCRIPT = ENV_DIR / "build_horovod.sh"
+SETUP = ENV_DIR / "setup.sh"
+spec = importlib.util.spec_from_file_location("build_horovod", ENV_DIR / "build_horovod.py")
 build_horovod = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(build_horovod)
 
@@ -55,8 +56,10 @@ def test_cache_entry_is_named_by_the_key_and_records_its_inputs():
         assert fact in inputs
 
 
-def plan_for(torch_version="2.14.1+cu130", gpu_ops="none", frameworks=("pytorch",)):
-    args = SimpleNamespace(frameworks=list(frameworks), gpu_ops=gpu_ops, jobs=2)
+def plan_for(torch_version="2.14.1+cu130", gpu_ops="none", frameworks=("pytorch",),
+             cuda_archs="80,90"):
+    args = SimpleNamespace(frameworks=list(frameworks), gpu_ops=gpu_ops, jobs=2,
+                           cuda_archs=cuda_archs)
     info = {"abi": "cpython-311-x86_64-linux-gnu", "machine": "x86_64",
             "frameworks": {"torch": torch_version}, "torch_cuda": None, "nccl_home": None}
     return build_horovod.plan(args, info)
@@ -89,6 +92,50 @@ def test_check_only_checks_what_the_venv_was_built_for():
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "[X] PyTorch" in result.stdout
+
+
+def test_nccl_build_plan(monkeypatch, tmp_path):
+    """An NCCL build compiles for the architectures asked for, with the
+    lock's CUDA compiler, and each of them is part of the key."""
+    nccl = tmp_path / "nccl"
+    (nccl / "include").mkdir(parents=True)
+    (nccl / "include" / "nccl.h").write_text(
+        "#define NCCL_MAJOR 2\n#define NCCL_MINOR 30\n#define NCCL_PATCH 7\n")
+    monkeypatch.setenv("HOROVOD_NCCL_HOME", str(nccl))
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    inputs, env = plan_for(gpu_ops="nccl")
+    assert env["HOROVOD_GPU_OPERATIONS"] == "NCCL"
+    assert env["HOROVOD_BUILD_CUDA_CC_LIST"] == "80,90"
+    assert "HOROVOD_TORCH_CPU_ONLY" not in env
+    assert inputs["nccl"] == "2.30.7"
+    assert inputs["cuda_toolkit"] == f"cuda-toolkit=={build_horovod.locked_version('cuda-toolkit')}"
+    key = build_horovod.cache_key(inputs)
+    assert build_horovod.cache_key(plan_for(gpu_ops="nccl", cuda_archs="90")[0]) != key
+    assert build_horovod.cache_key(plan_for()[0]) != key
+
+
+def test_cuda_compiler_is_the_cuda_of_torchs_pin():
+    """The lock's CUDA compiler wheels are those of the cuda-toolkit release
+    torch's own pin names, so Horovod's kernels and torch share one CUDA."""
+    toolkit = build_horovod.locked_version("cuda-toolkit")
+    nvcc = build_horovod.locked_version("nvidia-cuda-nvcc")
+    assert toolkit.split(".")[:2] == nvcc.split(".")[:2] == ["13", "0"]
+    torch_requires = subprocess.run(
+        [sys.executable, "-c", "import importlib.metadata as m; print(m.requires('torch'))"],
+        capture_output=True, text=True, timeout=60).stdout
+    assert "cuda-toolkit" in torch_requires and "13.0" in torch_requires
+
+
+def test_nvcc_refuses_an_architecture_in_one_line(tmp_path):
+    """Against the real CUDA compiler (the lock's wheels, in the wheel cache
+    once an NCCL build ran; installed here otherwise)."""
+    cuda_home = build_horovod.cuda_toolkit(build_horovod.default_cache_dir(), sys.executable)
+    build_horovod.check_cuda_archs("80,90", cuda_home)
+    with pytest.raises(build_horovod.BuildError) as refused:
+        build_horovod.check_cuda_archs("80,35", cuda_home)
+    message = str(refused.value)
+    assert message.startswith("--cuda-archs 80,35: nvcc in ") and "refuses 35; it takes " in message
+    assert "\n" not in message
 
 
 def test_gpu_build_plan_finds_the_nccl_of_torchs_wheel():
@@ -134,3 +181,20 @@ def test_bad_input_is_one_line(args, message):
     assert result.returncode != 0
     assert message in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--frameworks", "pytorch,jax"],
+     "--frameworks: unknown framework 'jax'; it takes pytorch, tensorflow, mxnet"),
+    (["--gpu-ops", "rocm"], "--gpu-ops: 'rocm'; it takes auto, nccl, none"),
+    (["--cuda-archs", "8.0"], "--cuda-archs: '8.0'; it takes compute capabilities like 80,90"),
+    (["--frameworks", "pytorch,mxnet", "--gpu-ops", "nccl"],
+     "--gpu-ops nccl builds Horovod for pytorch alone (got --frameworks pytorch,mxnet)"),
+])
+def test_setup_refuses_bad_input_before_installing(tmp_path, args, message):
+    venv = tmp_path / "venv"
+    result = subprocess.run([str(SETUP), "--venv", str(venv), *args], capture_output=True,
+                            text=True, timeout=30)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
+    assert not venv.exists()

@@ -6,12 +6,10 @@ Debian base that scripts/build_image.sh makes."""
 import importlib.util
 import shutil
 import subprocess
-import sys
 
 import pytest
 from conftest import REPO
 
-sys.path.insert(0, str(REPO / "scripts"))  # build_image imports build_horovod
 spec = importlib.util.spec_from_file_location("build_image", REPO / "scripts" / "build_image.py")
 build_image = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(build_image)

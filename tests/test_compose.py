@@ -30,3 +30,9 @@ def test_gpu_override_reserves_nvidia_gpus_for_both_nodes():
     for name in ("a", "b"):
         devices = GPU["services"][name]["deploy"]["resources"]["reservations"]["devices"]
         assert devices == [{"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]
+
+
+def test_image_builds_from_docker_dir_and_code_is_the_mounted_checkout():
+    for service in COMPOSE["services"].values():
+        assert service["build"] == "."  # compose.yaml's folder: `docker build docker/`
+        assert "..:/workspace" in service["volumes"]

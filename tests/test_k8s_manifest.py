@@ -150,7 +150,7 @@ def problems(job):
         if main.get("workingDir", workdir) != workdir:
             found.append(f"{kind} workingDir {main['workingDir']} != the image's {workdir}")
 
-    # The trainer: a file the image carries, options its own parser accepts,
+    # The trainer: a file of the checkout, options its own parser accepts,
     # its data directory mounted where the ranks run.
     command = options.command
     if command[:1] != ["python"] or len(command) < 2:
@@ -159,9 +159,11 @@ def problems(job):
         script = command[1]
         if not (REPO / script).is_file():
             found.append(f"{script} is not in the repository")
-        top = script.split("/")[0]
-        if not re.search(rf"^COPY {top}/ {top}/$", dockerfile_final_stage(), re.M):
-            found.append(f"the image does not copy {top}/ into {workdir}")
+        # The image holds no code: the checkout is a volume at its workdir.
+        for kind in ("Launcher", "Worker"):
+            if volume_for(job, kind, workdir) is None:
+                found.append(f"{kind}: no volume with the checkout at {workdir}, "
+                             f"where {script} is read")
         try:
             trainer = trainer_parse_args(command[2:])
         except SystemExit:
@@ -347,6 +349,8 @@ def _env(kind, name, value):
     (lambda job: _args(job, "horovod_train/pytorch_mnist.py", "horovod_train/mnist_torch.py"),
      "horovod_train/mnist_torch.py is not in the repository"),
     (lambda job: _args(job, "--no-progress", "--no-progres-bar"), "the trainer rejects"),
+    (lambda job: container(job, "Worker")["volumeMounts"].pop(),
+     "Worker: no volume with the checkout"),
     (lambda job: _args(job, "/data", "/dataset"), "--data-dir /dataset is not mounted"),
     (lambda job: _args(job, "/etc/mpi/hostfile", "/etc/hostfile"), "--hostfile /etc/hostfile"),
     (lambda job: container(job, "Worker").pop("command"), "Worker does not start with"),

@@ -3,8 +3,8 @@ built for the frameworks of a given Python environment, cached outside the
 checkout under a key of everything that went into it, then installed and
 checked with `horovodrun --check-build`.
 
-scripts/build_horovod.sh is the entry point; scripts/setup.sh and
-docker/Dockerfile both call it.
+build_horovod.sh beside it is the entry point; setup.sh beside it (behind
+scripts/setup.sh and the image's builder) calls it.
 """
 
 import argparse
@@ -23,7 +23,10 @@ from pathlib import Path
 HOROVOD_VERSION = "0.28.1"
 SDIST_NAME = f"horovod-{HOROVOD_VERSION}.tar.gz"
 SDIST_SHA256 = "92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0"
-PATCH_DIR = Path(__file__).resolve().parent / "patches"
+HERE = Path(__file__).resolve().parent
+PATCH_DIR = HERE / "patches"
+LOCK = HERE / "constraints.txt"
+DEFAULT_CUDA_ARCHS = "80,90"  # A100 and H100; the newest also as PTX for later GPUs
 BUILD_RECORD = "horovod-build.json"  # in the environment's prefix: what is installed
 FRAMEWORKS = {  # our name: (import name, Horovod's flag suffix, --check-build label)
     "pytorch": ("torch", "PYTORCH", "PyTorch"),
@@ -85,17 +88,69 @@ def probe_python(python: str, frameworks: list[str]) -> dict:
     return info
 
 
-def find_cuda_home(cuda_version: str | None) -> Path | None:
-    """The CUDA toolkit to compile against: $CUDA_HOME, else the toolkit of
-    torch's CUDA version, else /usr/local/cuda."""
-    candidates = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
-    if cuda_version:
-        candidates.append(f"/usr/local/cuda-{cuda_version}")
-    candidates.append("/usr/local/cuda")
-    for candidate in filter(None, candidates):
-        if (Path(candidate) / "include" / "cuda_runtime_api.h").is_file():
-            return Path(candidate)
-    return None
+def locked_version(package: str) -> str:
+    """The version the lock pins for a package."""
+    found = re.search(rf"^{re.escape(package)}==(\S+)$", LOCK.read_text(), flags=re.M)
+    if not found:
+        raise BuildError(f"{LOCK.name} pins no {package}")
+    return found.group(1)
+
+
+def cuda_toolkit(cache: Path, python: str) -> Path:
+    """The CUDA toolkit Horovod's kernels compile against: $CUDA_HOME when
+    set, else the lock's cuda-toolkit[nvcc] wheels (the CUDA that torch's own
+    cuda-toolkit pin names) installed apart from the venv, in the cache, so
+    no toolkit ends up in an environment or an image. The wheels ship
+    libcudart.so.13 in lib/ only: libcudart.so and lib64/ links give CMake and
+    nvcc the names they link."""
+    if os.environ.get("CUDA_HOME"):
+        home = Path(os.environ["CUDA_HOME"])
+        if not (home / "bin" / "nvcc").is_file():
+            raise BuildError(f"CUDA_HOME={home} has no bin/nvcc")
+        return home
+    version = locked_version("cuda-toolkit")
+    target = cache / f"cuda-toolkit-{version}"
+    if not (target / "COMPLETE").is_file():
+        log(f"installing the CUDA compiler (cuda-toolkit[nvcc]=={version} wheels) into {target}")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=target.parent, prefix=".cuda-") as tmp:
+            result = subprocess.run(
+                [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                 "--target", tmp, "-c", str(LOCK), f"cuda-toolkit[nvcc]=={version}"],
+                capture_output=True, text=True, timeout=1200)
+            if result.returncode != 0:
+                raise BuildError(f"installing cuda-toolkit[nvcc]=={version} failed: "
+                                 f"{result.stderr.strip()[-500:]}")
+            for lib in Path(tmp).glob("nvidia/cu*/lib"):
+                for runtime in lib.glob("libcudart.so.*"):
+                    (lib / "libcudart.so").symlink_to(runtime.name)
+                # nvcc links from lib64 (its nvcc.profile), the wheels fill lib.
+                (lib.parent / "lib64").symlink_to("lib")
+            (Path(tmp) / "COMPLETE").write_text(version + "\n")
+            if target.exists():
+                shutil.rmtree(target)
+            os.replace(tmp, target)
+    homes = sorted(target.glob("nvidia/cu*/bin/nvcc"))
+    if not homes:
+        raise BuildError(f"no nvcc in {target}; remove it and run again")
+    return homes[0].parent.parent
+
+
+def nvcc_archs(cuda_home: Path) -> list[str]:
+    """The compute capabilities this nvcc compiles for: 75, 80, 90a, ..."""
+    result = subprocess.run([str(cuda_home / "bin" / "nvcc"), "--list-gpu-arch"],
+                            capture_output=True, text=True, timeout=60)
+    if result.returncode != 0:
+        raise BuildError(f"{cuda_home}/bin/nvcc does not run: {result.stderr.strip()[-300:]}")
+    return re.findall(r"compute_(\w+)", result.stdout)
+
+
+def check_cuda_archs(archs: str, cuda_home: Path) -> None:
+    known = nvcc_archs(cuda_home)
+    refused = [a for a in archs.split(",") if a not in known]
+    if refused:
+        raise BuildError(f"--cuda-archs {archs}: nvcc in {cuda_home} refuses {','.join(refused)}; "
+                         f"it takes {','.join(known)}")
 
 
 def gpu_present() -> bool:
@@ -148,7 +203,7 @@ def plan(args, info: dict) -> tuple[dict, dict]:
             raise BuildError("NCCL GPU operations asked for, but no NCCL was found (install "
                              "torch's nvidia-nccl wheel or set HOROVOD_NCCL_HOME)")
         env.update(HOROVOD_GPU_OPERATIONS="NCCL", HOROVOD_NCCL_LINK="SHARED",
-                   HOROVOD_NCCL_HOME=nccl_home)
+                   HOROVOD_NCCL_HOME=nccl_home, HOROVOD_BUILD_CUDA_CC_LIST=args.cuda_archs)
         header = (Path(nccl_home) / "include" / "nccl.h").read_text(errors="replace")
         nccl_version = ".".join(re.findall(r"#define NCCL_(?:MAJOR|MINOR|PATCH)\s+(\d+)", header))
 
@@ -162,6 +217,10 @@ def plan(args, info: dict) -> tuple[dict, dict]:
     # "c++ (Debian 12.2.0-14) 12.2.0" and "g++-12 (Debian 12.2.0-14) 12.2.0"
     # are one compiler: the key keeps what follows the program's name.
     compiler = compiler.split(" ", 1)[-1]
+    # The compiler of the kernels: CUDA_HOME's, else the lock's wheels.
+    toolkit = None
+    if needs_cuda:
+        toolkit = os.environ.get("CUDA_HOME") or f"cuda-toolkit=={locked_version('cuda-toolkit')}"
     patches = {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
                for p in sorted(PATCH_DIR.glob("*.patch"))}
     inputs = {
@@ -173,6 +232,8 @@ def plan(args, info: dict) -> tuple[dict, dict]:
         "frameworks": {f: info["frameworks"][FRAMEWORKS[f][0]] for f in frameworks},
         "gpu_ops": gpu_ops,
         "cuda": torch_cuda if needs_cuda else None,
+        "cuda_toolkit": toolkit,
+        "cuda_archs": args.cuda_archs if needs_cuda else None,
         "nccl": nccl_version,
         "mpi": mpi,
         "compiler": compiler,
@@ -182,17 +243,17 @@ def plan(args, info: dict) -> tuple[dict, dict]:
     return inputs, env
 
 
-def cuda_env(info: dict, inputs: dict) -> dict:
-    """CUDA_HOME and friends for the compile, or {} when no CUDA is involved."""
+def cuda_env(args, inputs: dict) -> dict:
+    """CUDA_HOME and friends for the compile, or {} when no CUDA is involved;
+    the architectures are checked against nvcc before minutes of compiling."""
     if inputs["gpu_ops"] != "nccl":
         return {}
-    cuda_home = find_cuda_home(inputs["cuda"])
-    if cuda_home is None:
-        raise BuildError(
-            f"NCCL GPU operations need a CUDA toolkit ({inputs['cuda'] or 'any version'}) to "
-            "compile and none was found: set CUDA_HOME")
+    cuda_home = cuda_toolkit(args.cache_dir, args.python)
+    check_cuda_archs(args.cuda_archs, cuda_home)
+    # Horovod's build asks `nvcc` on the PATH before HOROVOD_CUDA_HOME's.
+    path = f"{cuda_home / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"
     return {"CUDA_HOME": str(cuda_home), "CUDAToolkit_ROOT": str(cuda_home),
-            "HOROVOD_CUDA_HOME": str(cuda_home)}
+            "HOROVOD_CUDA_HOME": str(cuda_home), "PATH": path}
 
 
 def cache_key(inputs: dict) -> str:
@@ -251,7 +312,7 @@ def build_wheel(args, sdist: Path, env: dict, entry: Path, inputs: dict) -> None
             f"{'NCCL' if 'HOROVOD_GPU_OPERATIONS' in env else 'no'} GPU operations), "
             f"-j{args.jobs}; this takes minutes")
         # The environment's own tools first (cmake comes from its "build" extra).
-        path = f"{Path(args.python).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+        path = f"{Path(args.python).parent}{os.pathsep}{env.get('PATH', os.environ['PATH'])}"
         with open(log_path, "w") as build_log:
             result = subprocess.run(
                 [args.python, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps",
@@ -318,6 +379,23 @@ def check_build(python: str, frameworks: list[str], gpu_ops: str,
     return report
 
 
+def unresolved_libraries(prefix: str) -> list[str]:
+    """What the installed Horovod's shared libraries need and the loader
+    cannot find, as `ldd` says; the driver's libcuda.so.1 comes from the
+    host (the NVIDIA container runtime mounts it), so it may be missing."""
+    libraries = sorted(Path(prefix).glob("lib/python*/site-packages/horovod/**/*.so"))
+    if not libraries:
+        raise BuildError(f"no Horovod libraries under {prefix}")
+    missing = []
+    for library in libraries:
+        result = subprocess.run(["ldd", str(library)], capture_output=True, text=True, timeout=60)
+        for line in result.stdout.splitlines():
+            name = line.strip().split(" ")[0]
+            if "not found" in line and name != "libcuda.so.1":
+                missing.append(f"{library.name}: {name}")
+    return missing
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="build_horovod.sh",
@@ -329,6 +407,8 @@ def main(argv: list[str]) -> int:
                         help="comma-separated: pytorch, tensorflow, mxnet")
     parser.add_argument("--gpu-ops", choices=["auto", "nccl", "none"], default="auto",
                         help="NCCL GPU operations; auto means when a GPU is present")
+    parser.add_argument("--cuda-archs", default=DEFAULT_CUDA_ARCHS,
+                        help="compute capabilities of the CUDA kernels (NCCL builds), e.g. 80,90")
     parser.add_argument("--cache-dir", type=Path, default=default_cache_dir(),
                         help="wheel cache (env HOROVOD_WHEEL_CACHE)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
@@ -350,6 +430,11 @@ def main(argv: list[str]) -> int:
             raise BuildError(f"no Horovod build recorded in {info['prefix']}; run scripts/setup.sh")
         print(check_build(args.python, list(built["frameworks"]), built["gpu_ops"],
                           info.get("nccl_home")), end="")
+        missing = unresolved_libraries(info["prefix"])
+        if missing:
+            raise BuildError("Horovod's libraries need what the loader cannot find: "
+                             + "; ".join(missing))
+        print("Every library Horovod links resolves (libcuda.so.1 aside: the host's driver).")
         return 0
     info = probe_python(args.python, args.frameworks)
     inputs, env = plan(args, info)
@@ -362,7 +447,7 @@ def main(argv: list[str]) -> int:
     if wheels:
         log(f"cached wheel {wheels[0]}")
     else:
-        env = {**env, **cuda_env(info, inputs)}
+        env = {**env, **cuda_env(args, inputs)}
         build_wheel(args, fetch_sdist(args.cache_dir, args.python), env, entry, inputs)
         wheels = sorted(entry.glob("horovod-*.whl"))
     if args.no_install:

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# The environment recipe: system packages (OpenMPI, OpenSSH, compilers), a
+# venv with the pinned Python packages, and Horovod built from source or taken
+# from the wheel cache. scripts/setup.sh (a checkout's .venv) and the image's
+# builder (docker/Dockerfile, /opt/venv) both run this file. Safe to run
+# again: it only does what is missing.
+set -euo pipefail
+
+usage() {
+  cat <<'EOF'
+Usage: docker/env/setup.sh --venv DIR [--frameworks LIST] [--gpu-ops auto|nccl|none]
+                           [--cuda-archs LIST] [--dev] [--editable PROJECT] [--no-apt]
+
+  --venv DIR         virtual environment to create or update
+  --frameworks LIST  comma-separated: pytorch, tensorflow, mxnet (default: the
+                     frameworks this venv was last set up for, else pytorch)
+  --gpu-ops MODE     Horovod's NCCL GPU operations: nccl, none, or auto (nccl
+                     when a GPU is present); default: what this venv has, else auto
+  --cuda-archs LIST  GPU architectures Horovod's CUDA kernels are compiled for,
+                     comma-separated compute capabilities (default 80,90: A100, H100)
+  --dev              add the test and lint tools
+  --editable PROJECT install that project into the venv, editable, without its dependencies
+  --no-apt           do not install system packages; fail if they are missing
+
+Environment: PYTHON (the interpreter for a new venv, default python3),
+HOROVOD_WHEEL_CACHE (default ~/.cache/horovod-train/wheels).
+The first run builds Horovod (about 5 minutes on 2 cores); later runs take
+the cached wheel.
+EOF
+}
+
+die() { echo "setup.sh: error: $*" >&2; exit 2; }
+
+frameworks=""
+gpu_ops=""
+cuda_archs=80,90
+venv=""
+dev=0
+editable=""
+apt=1
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --frameworks) frameworks="${2:?--frameworks needs a value}"; shift 2 ;;
+    --gpu-ops) gpu_ops="${2:?--gpu-ops needs a value}"; shift 2 ;;
+    --cuda-archs) cuda_archs="${2:?--cuda-archs needs a value}"; shift 2 ;;
+    --venv) venv="${2:?--venv needs a value}"; shift 2 ;;
+    --dev) dev=1; shift ;;
+    --editable) editable="${2:?--editable needs a value}"; shift 2 ;;
+    --no-apt) apt=0; shift ;;
+    -h|--help) usage; exit 0 ;;
+    *) die "unknown option $1 (see --help)" ;;
+  esac
+done
+[[ -n "$venv" ]] || die "--venv DIR is required (see --help)"
+here=$(cd "$(dirname "$0")" && pwd)
+
+# Keep what the venv has: a later plain setup (e.g. from demo.sh) must not
+# swap a three-framework or NCCL Horovod for a PyTorch-only or CPU one.
+[[ -n "$frameworks" ]] || frameworks=$(cat "$venv/horovod-frameworks" 2>/dev/null || echo pytorch)
+[[ -n "$gpu_ops" ]] || gpu_ops=$(cat "$venv/horovod-gpu-ops" 2>/dev/null || echo auto)
+# Bad input is refused here, before minutes of installing.
+IFS=, read -ra wanted <<< "$frameworks"
+[[ ${#wanted[@]} -gt 0 ]] || die "--frameworks is empty; it takes pytorch, tensorflow, mxnet"
+for f in "${wanted[@]}"; do
+  [[ "$f" =~ ^(pytorch|tensorflow|mxnet)$ ]] \
+    || die "--frameworks: unknown framework '$f'; it takes pytorch, tensorflow, mxnet"
+done
+[[ "$gpu_ops" =~ ^(auto|nccl|none)$ ]] || die "--gpu-ops: '$gpu_ops'; it takes auto, nccl, none"
+[[ "$cuda_archs" =~ ^[1-9][0-9]{1,2}[a-z]?(,[1-9][0-9]{1,2}[a-z]?)*$ ]] \
+  || die "--cuda-archs: '$cuda_archs'; it takes compute capabilities like 80,90"
+if [[ "$gpu_ops" == auto ]]; then
+  gpu_ops=none
+  nvidia-smi -L 2>/dev/null | grep -q '^GPU' && gpu_ops=nccl
+fi
+# Horovod compiles its GPU operations into every framework's binding and
+# refuses a framework without CUDA; of ours only torch's wheels are CUDA
+# builds (TensorFlow 2.15's GPU wheels are CUDA 12, MXNet's last CUDA 11.2).
+if [[ "$gpu_ops" == nccl && "$frameworks" != pytorch ]]; then
+  die "--gpu-ops nccl builds Horovod for pytorch alone (got --frameworks $frameworks);" \
+      "TensorFlow and MXNet run in a --gpu-ops none environment"
+fi
+started=$SECONDS
+
+# System packages: MPI and its headers, ssh client and server, compilers,
+# patch, and iproute2/util-linux for the emulated cluster.
+packages=(openmpi-bin libopenmpi-dev openssh-client openssh-server build-essential patch
+          iproute2 util-linux procps curl ca-certificates)
+python=${PYTHON:-python3}
+"$python" -c 'import ensurepip' 2>/dev/null || packages+=(python3-venv)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
+done
+if [[ ${#missing[@]} -gt 0 ]]; then
+  if [[ $apt -eq 0 ]]; then
+    echo "setup.sh: error: missing system packages: ${missing[*]}" >&2; exit 1
+  fi
+  sudo=""
+  [[ $(id -u) -eq 0 ]] || sudo="sudo"
+  echo "setup.sh: installing ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}" >/dev/null
+fi
+
+# Python environment, pinned by the lock beside this file.
+if [[ ! -x "$venv/bin/python" ]]; then
+  "$python" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null || {
+    echo "setup.sh: error: Python 3.11 needed (the lock is for 3.11; TensorFlow 2.15 and MXNet 1.9 stop there); $python is $("$python" --version 2>&1); set PYTHON" >&2
+    exit 1
+  }
+  echo "setup.sh: creating $venv"
+  "$python" -m venv "$venv"
+fi
+groups=(core horovod build mpi plots "${wanted[@]}")
+[[ $dev -eq 1 ]] && groups+=(test slurm)
+requirements=()
+for g in "${groups[@]}"; do requirements+=(-r "$here/requirements/$g.txt"); done
+echo "setup.sh: installing pinned Python packages (${groups[*]}) into $venv"
+# mpi4py is compiled against this machine's OpenMPI, never taken as a wheel.
+PIP_NO_BINARY=mpi4py "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+  -c "$here/constraints.txt" "${requirements[@]}"
+if [[ -n "$editable" ]]; then
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
+    -e "$editable"
+fi
+
+# Horovod: the one recipe, beside this file.
+PYTHON="$venv/bin/python" "$here/build_horovod.sh" --python "$venv/bin/python" \
+  --frameworks "$frameworks" --gpu-ops "$gpu_ops" --cuda-archs "$cuda_archs"
+echo "$frameworks" > "$venv/horovod-frameworks"
+echo "$gpu_ops" > "$venv/horovod-gpu-ops"
+echo "setup.sh: done in $((SECONDS - started)) s"
