@@ -26,7 +26,9 @@ Settings, from the environment (`sbatch --export`, or exported before sbatch):
     HOROVOD_SSH_PORT  the port horovodrun's ssh uses (the image's sshd: 12345,
                       the default with containers; venv: ssh_config's, unless set)
     HOROVOD_TRAINER   the entry script (default horovod_train/pytorch_mnist.py)
-    HOROVOD_TRAIN_DIR venv: the checkout (default: the job's working directory)
+    HOROVOD_TRAIN_DIR the checkout (default: the job's working directory); venv:
+                      its .venv runs; apptainer and pyxis: mounted at /workspace,
+                      the image's working directory (the image holds no code)
     RESUME=1          add --resume: continue from the trainer's checkpoint. A
                       job that Slurm requeued (SLURM_RESTART_COUNT > 0) resumes
                       without it.
@@ -264,7 +266,8 @@ def make_plan(allocation: Allocation, settings: Settings, trainer_args: list[str
     first, others = allocation.nodes[0], allocation.nodes[1:]
     environment = {"CLUSTER_HOSTS": " ".join(allocation.nodes),
                    "SSH_PORT": str(settings.ssh_port)}
-    mounts = [f"{settings.keys}:{IMAGE_KEYS}:ro", *settings.mounts]
+    mounts = [f"{settings.keys}:{IMAGE_KEYS}:ro", f"{settings.checkout}:{IMAGE_WORKDIR}",
+              *settings.mounts]
     training = [IMAGE_ENTRYPOINT, IMAGE_HOROVODRUN, *options, IMAGE_PYTHON, settings.trainer, *args]
     keep_sshd = [IMAGE_ENTRYPOINT, "sleep", "infinity"]
     # One task on each other node, for the job's length; no --exact, so the

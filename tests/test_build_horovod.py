@@ -92,6 +92,20 @@ def test_check_only_checks_what_the_venv_was_built_for():
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "[X] PyTorch" in result.stdout
+    assert "Every library Horovod links resolves" in result.stdout
+
+
+def test_libraries_find_the_frameworks_relative_to_themselves():
+    """The cached wheel serves other environments and images: its libraries
+    carry no absolute path of the environment it was built in, and load the
+    frameworks' libraries from beside them ($ORIGIN)."""
+    libraries = sorted(Path(sys.prefix).glob("lib/python*/site-packages/horovod/**/*.so"))
+    assert libraries
+    for library in libraries:
+        runpath = subprocess.run(["patchelf", "--print-rpath", str(library)],
+                                 capture_output=True, text=True, check=True).stdout.strip()
+        assert "site-packages" not in runpath, runpath
+        assert "$ORIGIN/../../torch/lib" in runpath.split(":"), runpath
 
 
 def test_nccl_build_plan(monkeypatch, tmp_path):

@@ -128,10 +128,12 @@ def test_resume_is_added_when_asked_and_after_a_requeue():
 
 def test_apptainer_plan_starts_the_images_sshd_then_horovodrun_inside_it(keys):
     settings = slurm.make_settings(runtime="apptainer", image="/images/horovod-train.sif",
-                                   keys=str(keys), mounts="/scratch/mnist:/data:ro")
+                                   keys=str(keys), mounts="/scratch/mnist:/data:ro",
+                                   checkout="/srv/checkout")
     plan = slurm.make_plan(allocation("a,b,c", "2(x3)"), settings, ["--data-dir", "/data"])
     container = ["apptainer", "exec", "--fakeroot", "--writable-tmpfs", "--pwd", "/workspace",
-                 "--bind", f"{keys}:/etc/horovod/keys:ro", "--bind", "/scratch/mnist:/data:ro",
+                 "--bind", f"{keys}:/etc/horovod/keys:ro", "--bind", "/srv/checkout:/workspace",
+                 "--bind", "/scratch/mnist:/data:ro",
                  "--env", "CLUSTER_HOSTS=a b c", "--env", "SSH_PORT=12345",
                  "/images/horovod-train.sif", "/usr/local/bin/entrypoint.sh"]
     assert plan.sshd == ["srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1",
@@ -144,10 +146,12 @@ def test_apptainer_plan_starts_the_images_sshd_then_horovodrun_inside_it(keys):
 
 def test_pyxis_plan_uses_srun_container_options(keys):
     settings = slurm.make_settings(runtime="pyxis", image="nvcr.io#org/horovod-train:cpu",
-                                   keys=str(keys), mounts="/scratch/runs:/runs", ssh_port=2222)
+                                   keys=str(keys), mounts="/scratch/runs:/runs", ssh_port=2222,
+                                   checkout="/srv/checkout")
     plan = slurm.make_plan(allocation(), settings, ["--log-dir", "/runs/x"])
     container = ["--container-image=nvcr.io#org/horovod-train:cpu",
-                 f"--container-mounts={keys}:/etc/horovod/keys:ro,/scratch/runs:/runs",
+                 f"--container-mounts={keys}:/etc/horovod/keys:ro,/srv/checkout:/workspace,"
+                 "/scratch/runs:/runs",
                  "--container-workdir=/workspace", "--container-remap-root",
                  "--container-writable", "--export=ALL,CLUSTER_HOSTS=a b,SSH_PORT=2222",
                  "/usr/local/bin/entrypoint.sh"]

@@ -336,17 +336,45 @@ def build_wheel(args, sdist: Path, env: dict, entry: Path, inputs: dict) -> None
         log(f"built {wheel.name} in {minutes:.1f} min -> {entry}")
 
 
-def install(python: str, wheel: Path, record: Path, key: str, inputs: dict) -> None:
+def install(python: str, wheel: Path, prefix: str, key: str, inputs: dict) -> None:
     """Install the wheel unless this very build is installed already; record
     what was installed in the environment (for --check-only)."""
+    record = Path(prefix) / BUILD_RECORD
     if installed_build(record).get("key") == key:
         check = subprocess.run([python, "-c", "import horovod"], capture_output=True)
         if check.returncode == 0:
             log("already installed")
+            relocate_libraries(prefix)
             return
     subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-deps", "--force-reinstall",
                     str(wheel)], check=True)
+    relocate_libraries(prefix)
     record.write_text(json.dumps({"key": key, **inputs}, indent=2) + "\n")
+
+
+# Where the frameworks' and CUDA's wheels keep the libraries Horovod's
+# bindings link, relative to site-packages.
+LIBRARY_DIRS = ("torch/lib", "tensorflow", "mxnet", "nvidia/cu13/lib", "nvidia/nccl/lib")
+
+
+def relocate_libraries(prefix: str) -> None:
+    """A wheel's libraries carry the RUNPATH of the environment they were
+    built in (its absolute site-packages), which another environment, or an
+    image, sharing the cached wheel does not have. Point them at the
+    frameworks' libraries relative to themselves ($ORIGIN), so each library
+    loads, and `ldd` resolves it, in whatever environment it is installed."""
+    if shutil.which("patchelf") is None:
+        raise BuildError("patchelf not found (apt-get install patchelf; setup.sh installs it)")
+    for library in Path(prefix).glob("lib/python*/site-packages/horovod/**/*.so"):
+        site = next(p for p in library.parents if p.name == "site-packages")
+        up = os.path.relpath(site, library.parent)
+        current = subprocess.run(["patchelf", "--print-rpath", str(library)], capture_output=True,
+                                 text=True, check=True).stdout.strip()
+        kept = [d for d in current.split(":") if d and "site-packages" not in d]
+        ours = [f"$ORIGIN/{up}/{d}" for d in LIBRARY_DIRS if (site / d).is_dir()]
+        wanted = ":".join(dict.fromkeys(kept + ours))
+        if wanted != current:
+            subprocess.run(["patchelf", "--set-rpath", wanted, str(library)], check=True)
 
 
 def installed_build(record: Path) -> dict:
@@ -452,7 +480,7 @@ def main(argv: list[str]) -> int:
         wheels = sorted(entry.glob("horovod-*.whl"))
     if args.no_install:
         return 0
-    install(args.python, wheels[0], Path(info["prefix"]) / BUILD_RECORD, key, inputs)
+    install(args.python, wheels[0], info["prefix"], key, inputs)
     print(check_build(args.python, args.frameworks, inputs["gpu_ops"], info.get("nccl_home")),
           end="")
     return 0

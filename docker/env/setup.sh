@@ -82,9 +82,10 @@ fi
 started=$SECONDS
 
 # System packages: MPI and its headers, ssh client and server, compilers,
-# patch, and iproute2/util-linux for the emulated cluster.
+# patch and patchelf (Horovod's build), iproute2/util-linux for the emulated
+# cluster.
 packages=(openmpi-bin libopenmpi-dev openssh-client openssh-server build-essential patch
-          iproute2 util-linux procps curl ca-certificates)
+          patchelf iproute2 util-linux procps curl ca-certificates)
 python=${PYTHON:-python3}
 "$python" -c 'import ensurepip' 2>/dev/null || packages+=(python3-venv)
 missing=()
