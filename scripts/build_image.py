@@ -20,6 +20,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -119,9 +120,21 @@ def wheelhouse(python: str) -> Path:
         return house
     pins = [line for line in lock.splitlines() if line.strip() and not line.startswith("#")]
     log(f"filling the wheelhouse {house} ({len(pins)} packages)")
-    for stale in CACHE.glob("wheelhouse-*"):  # a few GB each: keep the current lock's only
+    # A few GB each: the current lock's only. A lock that changed a few pins
+    # starts from the last wheelhouse (pip download skips the files it has)
+    # and drops the wheels no pin names any more.
+    previous = sorted(CACHE.glob("wheelhouse-*"), key=lambda p: p.stat().st_mtime)
+    for stale in previous[:-1]:
         shutil.rmtree(stale)
-    house.mkdir(parents=True)
+    if previous and previous[-1] != house:
+        (previous[-1] / "COMPLETE").unlink(missing_ok=True)
+        previous[-1].rename(house)
+    house.mkdir(parents=True, exist_ok=True)
+    wanted = {pin_file_prefix(p) for p in pins} | {
+        pin_file_prefix(f"horovod=={build_horovod.HOROVOD_VERSION}")}
+    for old in house.iterdir():
+        if not any(file_key(old.name).startswith(prefix) for prefix in wanted):
+            old.unlink()
     with tempfile.NamedTemporaryFile("w", suffix=".txt") as requirements:
         requirements.write("\n".join(p for p in pins if not p.startswith("mpi4py==")) + "\n")
         requirements.flush()
@@ -133,6 +146,19 @@ def wheelhouse(python: str) -> Path:
         "-d", str(house), mpi4py, horovod)
     (house / "COMPLETE").write_text(lock)
     return house
+
+
+def file_key(text: str) -> str:
+    """Lower case, every run of - _ . as one _: 'PyYAML-6.0.2' and
+    'pyyaml_6.0.2' become 'pyyaml_6_0_2'."""
+    return re.sub(r"[-_.]+", "_", text).lower()
+
+
+def pin_file_prefix(pin: str) -> str:
+    """'PyYAML==6.0.2' -> how its wheel's or sdist's file name starts, as
+    file_key writes both."""
+    name, _, version = pin.partition("==")
+    return file_key(f"{name}-{version}") + "_"
 
 
 def check_free_space(engine: str) -> None:

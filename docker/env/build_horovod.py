@@ -98,7 +98,7 @@ def locked_version(package: str) -> str:
 
 def cuda_toolkit(cache: Path, python: str) -> Path:
     """The CUDA toolkit Horovod's kernels compile against: $CUDA_HOME when
-    set, else the lock's cuda-toolkit[nvcc] wheels (the CUDA that torch's own
+    set, else the lock's cuda-toolkit[nvcc,cccl] wheels (the CUDA that torch's own
     cuda-toolkit pin names) installed apart from the venv, in the cache, so
     no toolkit ends up in an environment or an image. The wheels ship
     libcudart.so.13 in lib/ only: libcudart.so and lib64/ links give CMake and
@@ -108,25 +108,27 @@ def cuda_toolkit(cache: Path, python: str) -> Path:
         if not (home / "bin" / "nvcc").is_file():
             raise BuildError(f"CUDA_HOME={home} has no bin/nvcc")
         return home
-    version = locked_version("cuda-toolkit")
-    target = cache / f"cuda-toolkit-{version}"
-    if not (target / "COMPLETE").is_file():
-        log(f"installing the CUDA compiler (cuda-toolkit[nvcc]=={version} wheels) into {target}")
+    # nvcc, and CCCL: CUDA's own headers (cuda_fp16.h) include its nv/target.
+    requirement = f"cuda-toolkit[nvcc,cccl]=={locked_version('cuda-toolkit')}"
+    target = cache / f"cuda-toolkit-{locked_version('cuda-toolkit')}"
+    complete = target / "COMPLETE"
+    if not complete.is_file() or complete.read_text().strip() != requirement:
+        log(f"installing the CUDA compiler ({requirement} wheels) into {target}")
         target.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=target.parent, prefix=".cuda-") as tmp:
             result = subprocess.run(
                 [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                 "--target", tmp, "-c", str(LOCK), f"cuda-toolkit[nvcc]=={version}"],
+                 "--target", tmp, "-c", str(LOCK), requirement],
                 capture_output=True, text=True, timeout=1200)
             if result.returncode != 0:
-                raise BuildError(f"installing cuda-toolkit[nvcc]=={version} failed: "
+                raise BuildError(f"installing {requirement} failed: "
                                  f"{result.stderr.strip()[-500:]}")
             for lib in Path(tmp).glob("nvidia/cu*/lib"):
                 for runtime in lib.glob("libcudart.so.*"):
                     (lib / "libcudart.so").symlink_to(runtime.name)
                 # nvcc links from lib64 (its nvcc.profile), the wheels fill lib.
                 (lib.parent / "lib64").symlink_to("lib")
-            (Path(tmp) / "COMPLETE").write_text(version + "\n")
+            (Path(tmp) / "COMPLETE").write_text(requirement + "\n")
             if target.exists():
                 shutil.rmtree(target)
             os.replace(tmp, target)
