@@ -104,7 +104,7 @@ def test_libraries_find_the_frameworks_relative_to_themselves():
     for library in libraries:
         runpath = subprocess.run(["patchelf", "--print-rpath", str(library)],
                                  capture_output=True, text=True, check=True).stdout.strip()
-        assert "site-packages" not in runpath, runpath
+        assert all(d.startswith(("/usr/", "$ORIGIN/")) for d in runpath.split(":")), runpath
         assert "$ORIGIN/../../torch/lib" in runpath.split(":"), runpath
 
 

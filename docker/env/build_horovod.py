@@ -361,8 +361,9 @@ LIBRARY_DIRS = ("torch/lib", "tensorflow", "mxnet", "nvidia/cu13/lib", "nvidia/n
 
 def relocate_libraries(prefix: str) -> None:
     """A wheel's libraries carry the RUNPATH of the environment they were
-    built in (its absolute site-packages), which another environment, or an
-    image, sharing the cached wheel does not have. Point them at the
+    built in (its absolute site-packages, the build's NCCL and CUDA trees),
+    which another environment, or an image, sharing the cached wheel does
+    not have. Point them at the
     frameworks' libraries relative to themselves ($ORIGIN), so each library
     loads, and `ldd` resolves it, in whatever environment it is installed."""
     if shutil.which("patchelf") is None:
@@ -372,7 +373,8 @@ def relocate_libraries(prefix: str) -> None:
         up = os.path.relpath(site, library.parent)
         current = subprocess.run(["patchelf", "--print-rpath", str(library)], capture_output=True,
                                  text=True, check=True).stdout.strip()
-        kept = [d for d in current.split(":") if d and "site-packages" not in d]
+        # The system's (OpenMPI's) stay; the build's own places go.
+        kept = [d for d in current.split(":") if d.startswith(("/usr/", "/lib"))]
         ours = [f"$ORIGIN/{up}/{d}" for d in LIBRARY_DIRS if (site / d).is_dir()]
         wanted = ":".join(dict.fromkeys(kept + ours))
         if wanted != current:
