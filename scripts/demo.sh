@@ -12,7 +12,7 @@ Usage: scripts/demo.sh [--np N] [--epochs N] [--controller gloo|mpi] [--data-dir
   --epochs N      epochs (default 3)
   --controller C  gloo (default) or mpi
   --data-dir DIR  MNIST in torchvision layout (default: data); downloaded if missing
-  --two-hosts     run the mission command, -np 4 -H a:2,b:2, across two emulated
+  --two-hosts     run the two-host command, -np 4 -H a:2,b:2, across two emulated
                   hosts on this machine (needs root); --np is then 4
 
 Offline machines: set MNIST_T10K_DIR to a directory holding the MNIST test

@@ -1,5 +1,5 @@
 """The PyTorch trainer, run for real under horovodrun: on this machine with
-Gloo and MPI, across the emulated hosts a and b with the mission command,
+Gloo and MPI, across the emulated hosts a and b with the two-host command,
 and interrupted then resumed."""
 
 import json
@@ -32,7 +32,7 @@ def test_two_ranks_on_this_machine_reach_95_percent(controller, mnist_dir, tmp_p
 
 @pytest.mark.cluster
 @pytest.mark.parametrize("controller", ["gloo", "mpi"])
-def test_mission_command_across_two_hosts(controller, cluster, mnist_dir, tmp_path):
+def test_two_host_command_across_emulated_hosts(controller, cluster, mnist_dir, tmp_path):
     """horovodrun -np 4 -H a:2,b:2 -p 12345 python horovod_train/pytorch_mnist.py,
     launched from host a as a user would."""
     run = horovodrun(["-np", "4", "-H", "a:2,b:2", "-p", "12345", f"--{controller}"],

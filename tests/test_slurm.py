@@ -80,8 +80,11 @@ def test_nodes_and_counts_that_disagree_are_refused():
 def scontrol_conf(tmp_path_factory) -> dict:
     """A slurm.conf for `scontrol show hostnames`, which reads the
     configuration but asks no daemon."""
-    if shutil.which("scontrol") is None:
-        pytest.skip("scontrol not installed (apt-get install slurm-client)")
+    # Installed here when missing (as root), as for the real Slurm below:
+    # this fixture may run first.
+    reason = slurm_skip_reason()
+    if reason or shutil.which("scontrol") is None:
+        pytest.skip(reason or "scontrol not installed (apt-get install slurm-client)")
     conf = tmp_path_factory.mktemp("scontrol") / "slurm.conf"
     conf.write_text("ClusterName=probe\nSlurmctldHost=ctl(127.0.0.1)\n"
                     "NodeName=a NodeAddr=127.0.0.1 CPUs=1\nPartitionName=p Nodes=a\n")
