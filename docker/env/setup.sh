@@ -10,6 +10,7 @@ usage() {
   cat <<'EOF'
 Usage: docker/env/setup.sh --venv DIR [--frameworks LIST] [--gpu-ops auto|nccl|none]
                            [--cuda-archs LIST] [--dev] [--editable PROJECT] [--no-apt]
+                           [--no-horovod] [--check-options]
 
   --venv DIR         virtual environment to create or update
   --frameworks LIST  comma-separated: pytorch, tensorflow, mxnet (default: the
@@ -21,6 +22,8 @@ Usage: docker/env/setup.sh --venv DIR [--frameworks LIST] [--gpu-ops auto|nccl|n
   --dev              add the test and lint tools
   --editable PROJECT install that project into the venv, editable, without its dependencies
   --no-apt           do not install system packages; fail if they are missing
+  --no-horovod       everything but Horovod (the image's layer its variants share)
+  --check-options    check the options and exit, installing nothing
 
 Environment: PYTHON (the interpreter for a new venv, default python3),
 HOROVOD_WHEEL_CACHE (default ~/.cache/horovod-train/wheels).
@@ -38,6 +41,8 @@ venv=""
 dev=0
 editable=""
 apt=1
+horovod=1
+check_only=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --frameworks) frameworks="${2:?--frameworks needs a value}"; shift 2 ;;
@@ -47,6 +52,8 @@ while [[ $# -gt 0 ]]; do
     --dev) dev=1; shift ;;
     --editable) editable="${2:?--editable needs a value}"; shift 2 ;;
     --no-apt) apt=0; shift ;;
+    --no-horovod) horovod=0; shift ;;
+    --check-options) check_only=1; shift ;;
     -h|--help) usage; exit 0 ;;
     *) die "unknown option $1 (see --help)" ;;
   esac
@@ -79,6 +86,7 @@ if [[ "$gpu_ops" == nccl && "$frameworks" != pytorch ]]; then
   die "--gpu-ops nccl builds Horovod for pytorch alone (got --frameworks $frameworks);" \
       "TensorFlow and MXNet run in a --gpu-ops none environment"
 fi
+[[ $check_only -eq 0 ]] || exit 0
 started=$SECONDS
 
 # System packages: MPI and its headers, ssh client and server, compilers,
@@ -127,6 +135,10 @@ if [[ -n "$editable" ]]; then
 fi
 
 # Horovod: the one recipe, beside this file.
+if [[ $horovod -eq 0 ]]; then
+  echo "setup.sh: done without Horovod in $((SECONDS - started)) s"
+  exit 0
+fi
 PYTHON="$venv/bin/python" "$here/build_horovod.sh" --python "$venv/bin/python" \
   --frameworks "$frameworks" --gpu-ops "$gpu_ops" --cuda-archs "$cuda_archs"
 echo "$frameworks" > "$venv/horovod-frameworks"
