@@ -125,8 +125,13 @@ def wait(job, log: Path) -> int:
         print(f"submit: error: job {job.job_id} failed after {elapsed:.0f} s: {last[0]}; "
               f"log: {log}", file=sys.stderr)
         return 1
-    print(f"submit: job {job.job_id} {job_state(job.job_id) or 'finished'} after "
-          f"{elapsed:.0f} s: {result}")
+    # The result is written just before the job's process exits: the state
+    # shown is Slurm's once it agrees (a few seconds), not RUNNING.
+    state, deadline = job_state(job.job_id), time.monotonic() + 30
+    while state is not None and state not in FINAL_STATES and time.monotonic() < deadline:
+        time.sleep(POLL_S / 4)
+        state = job_state(job.job_id)
+    print(f"submit: job {job.job_id} {state or 'finished'} after {elapsed:.0f} s: {result}")
     return 0
 
 
