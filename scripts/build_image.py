@@ -9,11 +9,12 @@ works where no registry but PyPI and Debian's mirrors can be reached:
   - Python packages, the CUDA compiler's wheels and Horovod's sdist come
     from one wheelhouse for both variants, filled by `pip download` from the
     lock (docker/env/constraints.txt), kept outside the checkout, keyed by it;
-  - Horovod's wheel cache is mounted, so docker/env/build_horovod.sh inside
-    the build takes a wheel built before with the same inputs (by a local
-    setup or an earlier image build), and leaves there the wheel it builds.
+  - Horovod's wheel cache is mounted (WHEEL_CACHE), so
+    docker/env/build_horovod.sh inside the build takes a wheel built before
+    with the same inputs (by a local setup or an earlier image build), and
+    leaves there the wheel it builds.
 podman also reuses the layers of an earlier build whose inputs are
-unchanged, and the two variants share the layers before DEVICE is declared.
+unchanged, and the two variants share every layer up to PyTorch's stack.
 """
 
 import argparse
@@ -46,7 +47,7 @@ class ImageError(Exception):
 
 
 def log(message: str) -> None:
-    print(f"build_image: {message}", flush=True)
+    print(f"build_image: {message}", file=sys.stderr, flush=True)
 
 
 def run(*command: str, **kwargs) -> subprocess.CompletedProcess:
@@ -100,6 +101,7 @@ def debian_base(engine: str) -> str:
     if image_id(engine, DEBIAN_BASE):
         return DEBIAN_BASE
     log(f"making {DEBIAN_BASE} with debootstrap (about a minute)")
+    started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="debian-base-") as tmp:
         root = Path(tmp) / "rootfs"
         run("debootstrap", "--variant=minbase", "bookworm", str(root), DEBIAN_MIRROR,
@@ -108,6 +110,7 @@ def debian_base(engine: str) -> str:
         run(engine, "import", "-", DEBIAN_BASE, stdin=tar.stdout, stdout=subprocess.DEVNULL)
         if tar.wait() != 0:
             raise ImageError("tar of the debootstrap tree failed")
+    log(f"made {DEBIAN_BASE} in {time.monotonic() - started:.0f} s")
     return DEBIAN_BASE
 
 
@@ -120,6 +123,7 @@ def wheelhouse(python: str) -> Path:
         return house
     pins = [line for line in lock.splitlines() if line.strip() and not line.startswith("#")]
     log(f"filling the wheelhouse {house} ({len(pins)} packages)")
+    started = time.monotonic()
     # A few GB each: the current lock's only. A lock that changed a few pins
     # starts from the last wheelhouse (pip download skips the files it has)
     # and drops the wheels no pin names any more.
@@ -139,12 +143,13 @@ def wheelhouse(python: str) -> Path:
         requirements.write("\n".join(p for p in pins if not p.startswith("mpi4py==")) + "\n")
         requirements.flush()
         run(python, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary", ":all:",
-            "-d", str(house), "-r", requirements.name)
+            "-d", str(house), "-r", requirements.name, stdout=sys.stderr)
     mpi4py = next(p for p in pins if p.startswith("mpi4py=="))
     horovod = f"horovod=={build_horovod.HOROVOD_VERSION}"
     run(python, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
-        "-d", str(house), mpi4py, horovod)
+        "-d", str(house), mpi4py, horovod, stdout=sys.stderr)
     (house / "COMPLETE").write_text(lock)
+    log(f"filled the wheelhouse in {time.monotonic() - started:.0f} s")
     return house
 
 
@@ -213,28 +218,14 @@ def build(args) -> None:
         # The cache that setup.sh fills, wherever HOROVOD_WHEEL_CACHE puts it.
         wheel_cache = build_horovod.default_cache_dir()
         wheel_cache.mkdir(parents=True, exist_ok=True)
-        command += ["-v", f"{wheel_cache}:/root/.cache/horovod-train/wheels",
+        command += ["-v", f"{wheel_cache}:/wheel-cache", "--build-arg", "WHEEL_CACHE=/wheel-cache",
                     "-v", f"{wheelhouse(args.python)}:/wheelhouse:ro"]
     started = time.monotonic()
     log(" ".join(command + [str(CONTEXT)]))
-    # The builder stage gets a tag of its own: its layers are the cache of the
-    # next build.
-    builder_tag = f"{args.tag}-builder"
-    builder = command.copy()
-    builder[builder.index(args.tag)] = builder_tag
-    old_builder, old_final = image_id(engine, builder_tag), image_id(engine, args.tag)
-    run(*builder, "--target", "builder", str(CONTEXT))
-    if old_builder and image_id(engine, builder_tag) != old_builder:
-        # A new builder means a new venv to copy: the old final image can't be
-        # reused. Both go before the final stage is built (~8 GB each).
-        log("the builder changed: removing the images it supersedes")
-        remove_superseded(engine, old_builder)
-        if old_final:
-            run(engine, "untag", old_final, stdout=subprocess.DEVNULL)
-            remove_superseded(engine, old_final)
+    old = image_id(engine, args.tag)
     run(*command, str(CONTEXT))
-    if old_final and image_id(engine, args.tag) != old_final:
-        remove_superseded(engine, old_final)
+    if old and image_id(engine, args.tag) != old:
+        remove_superseded(engine, old)
     info = json.loads(subprocess.run([engine, "image", "inspect", args.tag], capture_output=True,
                                      text=True, check=True).stdout)[0]
     log(f"built {args.tag} in {(time.monotonic() - started) / 60:.1f} min, "
@@ -254,7 +245,13 @@ def main(argv: list[str]) -> int:
                              "the same made here with debootstrap)")
     parser.add_argument("--python", default=sys.executable,
                         help="Python whose pip fills the wheelhouse")
+    parser.add_argument("--wheelhouse-only", action="store_true",
+                        help="fill the wheelhouse (every pinned package) and print its path; "
+                             "scripts/test.sh sets up the checkout's venv from it too")
     args = parser.parse_args(argv)
+    if args.wheelhouse_only:
+        print(wheelhouse(args.python))
+        return 0
     args.tag = args.tag or f"localhost/horovod-train:{args.device}"
     build(args)
     return 0

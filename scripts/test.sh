@@ -34,8 +34,16 @@ report() {
 trap report EXIT
 
 # All three frameworks: the suite trains each of them for real. No GPU
-# operations: the CPU image shares this Horovod wheel.
-scripts/setup.sh --frameworks pytorch,tensorflow,mxnet --gpu-ops none
+# operations: the CPU image shares this Horovod wheel. As root, where the
+# images are built too, every package is downloaded once, into the
+# wheelhouse both images build from, and the venv is set up from it.
+setup=(scripts/setup.sh --frameworks pytorch,tensorflow,mxnet --gpu-ops none)
+if [[ $(id -u) -eq 0 ]]; then
+  house=$(scripts/build_image.sh --wheelhouse-only)
+  PIP_FIND_LINKS=$house PIP_NO_INDEX=1 "${setup[@]}"
+else
+  "${setup[@]}"
+fi
 end_phase setup
 # Both images, built with podman from docker/ as the context, as users type
 # it (root needed for its storage and for running them as emulated hosts).
