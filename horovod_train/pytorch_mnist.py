@@ -49,7 +49,7 @@ def parse_args(argv: list[str]):
              + "; ".join(f"{name}: {describe_preset(name)}" for name in sorted(PRESETS)))
     elastic = parser.add_argument_group(
         "elastic", "launch with horovodrun --min-np N --max-np M --host-discovery-script "
-        "scripts/discover_hosts.sh (see README: Elastic training)")
+        "scripts/discover_hosts.sh (see docs/elastic-and-failures.md)")
     elastic.add_argument("--elastic", action="store_true",
                          help="Horovod Elastic: go on when hosts are lost or added")
     elastic.add_argument("--commit-every", type=options.positive_int, default=10, metavar="N",
