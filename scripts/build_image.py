@@ -167,12 +167,12 @@ def pin_file_prefix(pin: str) -> str:
 
 
 def check_free_space(engine: str) -> None:
-    """A build from scratch peaks at ~32 GB (the venv layer, ~8 GB, is in the
-    builder, copied to the final stage, and unpacked while each is committed);
-    a build that reuses its layers needs little. Too little even for that is
-    an error; less than a cold build needs is a warning. A rebuild removes
-    the images it supersedes as soon as they are, so storage holds one
-    generation of them (~17 GB) between builds."""
+    """Both variants built from scratch peaked at about 24 GB of podman's
+    storage (PyTorch's layer, ~6 GB, unpacked while it is committed); a build
+    that reuses its layers needs little. Too little even for that is an
+    error; less than a cold build needs is a warning. A rebuild removes the
+    images it supersedes as soon as they are, so storage holds one
+    generation of them (~10 GB for both) between builds."""
     root = subprocess.run([engine, "info", "--format", "{{.Store.GraphRoot}}"],
                           capture_output=True, text=True, check=True).stdout.strip()
     free = shutil.disk_usage(root).free / 1e9
