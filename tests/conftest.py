@@ -1,6 +1,7 @@
 """Shared fixtures: the real MNIST digits, the emulated cluster, and a helper
 that runs horovodrun for real and reads the trainer's summary."""
 
+import functools
 import json
 import os
 import shutil
@@ -34,6 +35,15 @@ def mnist_dir(t10k_dir, tmp_path_factory) -> Path:
     """Real digits in the torchvision layout: first 8,000 train, last 2,000 test."""
     data_dir = tmp_path_factory.mktemp("mnist")
     mnist.write_subset(t10k_dir, data_dir, 8000, 2000)
+    return data_dir
+
+
+@pytest.fixture(scope="session")
+def small_mnist_dir(t10k_dir, tmp_path_factory) -> Path:
+    """A fifth of mnist_dir (1,600 train, 400 test): for tests of what a run
+    does (refusals, resume, its outputs), not of the accuracy it reaches."""
+    data_dir = tmp_path_factory.mktemp("small-mnist")
+    mnist.write_subset(t10k_dir, data_dir, 1600, 400)
     return data_dir
 
 
@@ -139,6 +149,7 @@ def image_cluster(emulated, image, image_mounts) -> dict:
     return image_hosts(emulated, image, image_mounts)
 
 
+@functools.cache  # --check-build imports every framework: 20 s each time
 def horovod_frameworks() -> set[str]:
     """Frameworks the installed Horovod was built for, as --check-build says."""
     report = subprocess.run([str(BIN / "horovodrun"), "--check-build"], capture_output=True,

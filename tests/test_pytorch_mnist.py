@@ -80,9 +80,9 @@ def test_a_run_interrupted_after_epoch_2_resumes_to_the_same_weights(mnist_dir, 
     assert second.summary["weights_digest"] == whole.summary["weights_digest"]
 
 
-def test_resume_refuses_a_checkpoint_of_another_model(mnist_dir, tmp_path):
+def test_resume_refuses_a_checkpoint_of_another_model(small_mnist_dir, tmp_path):
     common = ["-np", "2", "-H", "localhost:2", "--gloo"]
-    data = ["--data-dir", str(mnist_dir), "--no-download", "--epochs", "1"]
+    data = ["--data-dir", str(small_mnist_dir), "--no-download", "--epochs", "1"]
     first = horovodrun(common, data, tmp_path / "run")
     assert first.returncode == 0, first.output[-3000:]
     second = horovodrun(common, [*data, "--resume", "--model", "horovod_example"],
@@ -171,8 +171,8 @@ def test_unwritable_log_dir_is_one_line(mnist_dir, tmp_path):
     assert "Traceback" not in result.stderr
 
 
-def test_summary_is_valid_json_with_the_run_figures(mnist_dir, tmp_path):
-    result = run_trainer("--data-dir", str(mnist_dir), "--epochs", "1", "--no-progress",
+def test_summary_is_valid_json_with_the_run_figures(small_mnist_dir, tmp_path):
+    result = run_trainer("--data-dir", str(small_mnist_dir), "--epochs", "1", "--no-progress",
                          "--log-dir", str(tmp_path / "run"), timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())

@@ -19,15 +19,17 @@ pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 DETECT_BOUND_S = 60
 
 
-def trainer_pids() -> dict[int, int]:
-    """Every trainer process on this machine (the emulated hosts' included)
-    and its Horovod rank, read from its environment."""
+def trainer_pids(log_dir: Path) -> dict[int, int]:
+    """Every process on this machine (the emulated hosts' included) of the
+    trainer writing to log_dir, and its Horovod rank, read from its
+    environment. The log dir tells this run's ranks from any other test's."""
     found = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            if b"pytorch_mnist.py" not in (entry / "cmdline").read_bytes():
+            cmdline = (entry / "cmdline").read_bytes()
+            if b"pytorch_mnist.py" not in cmdline or str(log_dir).encode() not in cmdline:
                 continue
             environ = dict(item.split("=", 1) for item in
                            (entry / "environ").read_bytes().decode(errors="replace").split("\0")
@@ -65,7 +67,7 @@ def test_a_killed_rank_ends_the_job_fast_and_resume_goes_on(controller, cluster,
             assert time.monotonic() < deadline, "no second checkpoint within 300 s"
             time.sleep(0.2)
         # A rank on host b: the one whose loss the launcher on a must notice.
-        ranks = trainer_pids()
+        ranks = trainer_pids(log_dir)
         victim_pid, victim_rank = max(ranks.items(), key=lambda item: item[1])
         assert victim_rank == 3 and len(ranks) == 4, ranks
         os.kill(victim_pid, signal.SIGKILL)
@@ -86,9 +88,9 @@ def test_a_killed_rank_ends_the_job_fast_and_resume_goes_on(controller, cluster,
     # The other ranks are ended by horovodrun, over ssh for host b: give
     # them a few seconds, then none may be left.
     gone_by = time.monotonic() + 10
-    while trainer_pids() and time.monotonic() < gone_by:
+    while trainer_pids(log_dir) and time.monotonic() < gone_by:
         time.sleep(0.5)
-    assert trainer_pids() == {}, "trainer processes left behind 10 s after horovodrun ended"
+    assert trainer_pids(log_dir) == {}, "trainer processes left behind 10 s after horovodrun ended"
 
     saved = checkpoint.load(checkpoint.checkpoint_path(log_dir / "checkpoints"))
     assert saved["epochs_done"] >= 2

@@ -40,10 +40,10 @@ def test_one_rank_per_emulated_host_ends_identical(trainer, cluster, mnist_dir, 
     assert_trained(run, 2, controller, {"a": 1, "b": 1})
 
 
-def test_resume_continues_from_the_checkpoint(trainer, mnist_dir, tmp_path):
+def test_resume_continues_from_the_checkpoint(trainer, small_mnist_dir, tmp_path):
     _, script = trainer
     common = ["-np", "2", "-H", "localhost:2", "--gloo"]
-    data = ["--data-dir", str(mnist_dir), "--no-download"]
+    data = ["--data-dir", str(small_mnist_dir), "--no-download"]
     first = horovodrun(common, [*data, "--epochs", "1"], tmp_path / "run", trainer=script)
     assert first.returncode == 0, first.output[-3000:]
     second = horovodrun(common, [*data, "--epochs", "2", "--resume"], tmp_path / "run",
