@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from horovod_train import metrics, mnist
+from horovod_train import metrics, mnist, sharding
 from horovod_train.errors import UserError
 
 
@@ -76,6 +76,13 @@ def prepare_run(hvd, rt: Runtime, args) -> tuple:
     anywhere stops all ranks."""
     splits = check_all_ranks(
         hvd, lambda: mnist.load_train_test(args.data_dir, download=not args.no_download), "data")
+    # A batch larger than the shard would train one partial batch an epoch
+    # and end far below the accuracy the command suggests, without a word.
+    shard = sharding.shard_size(len(splits[0]), rt.size)
+    if args.batch_size > shard:
+        raise UserError(f"--batch-size {args.batch_size} is larger than a rank's shard: "
+                        f"{len(splits[0])} training images over {rt.size} ranks are {shard} "
+                        "per rank; use a smaller batch or fewer ranks")
     check_all_ranks(hvd, lambda: rt.is_root and metrics.prepare_output_dirs(
         args.log_dir, args.checkpoint_dir), "dirs")
     return splits

@@ -123,8 +123,15 @@ def announce(rt, framework: str, model: str, n_train: int, n_test: int, lr: floa
               + (f", resuming after epoch {epochs_done}" if epochs_done else ""), flush=True)
 
 
-def warn_if_replacing(rt, path: Path, resume: bool) -> None:
-    if rt.is_root and not resume and path.exists():
+def note_checkpoint(rt, path: Path, resume: bool) -> None:
+    """One line where the checkpoint is not what the command might suggest:
+    a fresh run about to replace one, or --resume finding none."""
+    if not rt.is_root:
+        return
+    if resume and not path.exists():
+        print(f"note: --resume found no checkpoint at {path}; starting from epoch 1",
+              flush=True)
+    elif not resume and path.exists():
         print(f"note: starting over; {path} will be replaced (pass --resume to continue "
               "from it)", flush=True)
 

@@ -50,7 +50,8 @@ def base_parser(prog: str, description: str) -> argparse.ArgumentParser:
     schedule = parser.add_argument_group("training")
     schedule.add_argument("--epochs", type=positive_int, default=5)
     schedule.add_argument("--batch-size", type=positive_int, default=64,
-                          help="images per rank per step")
+                          help="images per rank per step, at most a rank's shard of the "
+                               "training set")
     schedule.add_argument("--test-batch-size", type=positive_int, default=1000)
     schedule.add_argument("--lr", type=positive_float, default=0.05,
                           help="learning rate of one worker; scaled by the number of ranks")
@@ -77,7 +78,8 @@ def base_parser(prog: str, description: str) -> argparse.ArgumentParser:
                          help="where rank 0 writes a checkpoint after each epoch "
                               "(default: LOG_DIR/checkpoints)")
     outputs.add_argument("--resume", action="store_true",
-                         help="continue from the checkpoint in CHECKPOINT_DIR if there is one")
+                         help="continue from the checkpoint in CHECKPOINT_DIR (with none "
+                              "there, say so and start at epoch 1)")
     outputs.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
 

@@ -15,11 +15,16 @@ def epoch_indices(num_samples: int, rank: int, size: int, epoch: int, seed: int,
         order = np.random.default_rng([seed, epoch]).permutation(num_samples)
     else:
         order = np.arange(num_samples)
-    per_rank = -(-num_samples // size)  # ceil
+    per_rank = shard_size(num_samples, size)
     padding = per_rank * size - num_samples
     if padding:
         order = np.concatenate([order, np.resize(order, padding)])
     return order[rank::size]
+
+
+def shard_size(num_samples: int, size: int) -> int:
+    """Samples per rank and epoch: the count padded up to a multiple of size."""
+    return -(-num_samples // size)
 
 
 def eval_indices(num_samples: int, rank: int, size: int) -> np.ndarray:

@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> dict:
             states = hvd.broadcast_object(trainer_states(trainer) if rt.is_root else None,
                                           root_rank=0, name="trainer_states")
             load_trainer_states(trainer, states)
-    metrics.warn_if_replacing(rt, path, args.resume)
+    metrics.note_checkpoint(rt, path, args.resume)
     # Every rank starts from rank 0's weights.
     hvd.broadcast_parameters(params, root_rank=0)
 

@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> dict:
     epochs_done = 0
     if args.resume:
         epochs_done = distributed.resume_on_root(hvd, rt, restore)
-    metrics.warn_if_replacing(rt, path, args.resume)
+    metrics.note_checkpoint(rt, path, args.resume)
     # Every rank starts from rank 0's weights and optimizer state.
     hvd.broadcast_variables(model.variables, root_rank=0)
     hvd.broadcast_variables(optimizer.variables, root_rank=0)

@@ -139,7 +139,7 @@ def run(args: argparse.Namespace) -> dict:
     if args.resume:
         epochs_done = distributed.resume_on_root(hvd, rt, lambda: checkpoint.resume(
             args.checkpoint_dir, model, optimizer, args.model))
-    metrics.warn_if_replacing(rt, checkpoint.checkpoint_path(args.checkpoint_dir), args.resume)
+    metrics.note_checkpoint(rt, checkpoint.checkpoint_path(args.checkpoint_dir), args.resume)
     # Every rank starts from rank 0's weights and optimizer state.
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)

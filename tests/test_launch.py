@@ -301,6 +301,9 @@ TRAINER_CASES = [
     ("label count differs from image count", ["--data-dir", "{root}/count"],
      "holds 8000 images but {root}/count/MNIST/raw/train-labels-idx1-ubyte.gz holds "
      "7999 labels"),
+    ("batch larger than a rank's shard", ["--data-dir", "{good}", "--batch-size", "5000"],
+     "--batch-size 5000 is larger than a rank's shard: 8000 training images over 2 ranks "
+     "are 4000 per rank"),
     ("unwritable log directory", ["--data-dir", "{good}", "--log-dir", "{root}/file/run"],
      "cannot create {root}/file/run: {root}/file is not a directory"),
     ("unwritable checkpoint directory",

@@ -121,3 +121,20 @@ def test_an_unusable_output_dir_is_named_and_nothing_is_made(tmp_path, blocked):
 def test_output_dirs_are_made_when_they_can_be(tmp_path):
     metrics.prepare_output_dirs(tmp_path / "run", tmp_path / "run" / "checkpoints")
     assert (tmp_path / "run" / "checkpoints").is_dir()
+
+
+@pytest.mark.parametrize("resume, exists, said", [
+    (True, False, "note: --resume found no checkpoint at {path}; starting from epoch 1\n"),
+    (False, True, "note: starting over; {path} will be replaced (pass --resume to continue "
+                  "from it)\n"),
+    (True, True, ""),  # resumed: the start line says after which epoch
+    (False, False, ""),
+])
+def test_a_checkpoint_used_otherwise_than_the_command_suggests_is_one_note(
+        resume, exists, said, tmp_path, capsys):
+    path = tmp_path / "checkpoint.pt"
+    if exists:
+        path.write_bytes(b"")
+    metrics.note_checkpoint(SimpleNamespace(is_root=True), path, resume)
+    metrics.note_checkpoint(SimpleNamespace(is_root=False), path, resume)  # rank 0 speaks
+    assert capsys.readouterr().out == said.format(path=path)

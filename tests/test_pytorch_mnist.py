@@ -80,6 +80,19 @@ def test_a_run_interrupted_after_epoch_2_resumes_to_the_same_weights(mnist_dir, 
     assert second.summary["weights_digest"] == whole.summary["weights_digest"]
 
 
+def test_resume_without_a_checkpoint_says_so_and_starts_from_epoch_1(small_mnist_dir,
+                                                                      tmp_path):
+    run = horovodrun(["-np", "1", "-H", "localhost:1", "--gloo"],
+                     ["--data-dir", str(small_mnist_dir), "--no-download", "--epochs", "1",
+                      "--resume"], tmp_path / "run")
+    assert run.returncode == 0, run.output[-3000:]
+    checkpoint_file = checkpoint.checkpoint_path(tmp_path / "run" / "checkpoints")
+    assert f"note: --resume found no checkpoint at {checkpoint_file}; starting from epoch 1" \
+        in run.output
+    assert [e["epoch"] for e in run.epochs] == [1]
+    assert checkpoint_file.exists()  # and the next --resume finds this one
+
+
 def test_resume_refuses_a_checkpoint_of_another_model(small_mnist_dir, tmp_path):
     common = ["-np", "2", "-H", "localhost:2", "--gloo"]
     data = ["--data-dir", str(small_mnist_dir), "--no-download", "--epochs", "1"]

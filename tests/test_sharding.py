@@ -4,7 +4,13 @@ across ranks, equal counts, a new order each epoch, the same for a seed."""
 import numpy as np
 import pytest
 
-from horovod_train.sharding import elastic_batch, epoch_indices, epoch_order, eval_indices
+from horovod_train.sharding import (
+    elastic_batch,
+    epoch_indices,
+    epoch_order,
+    eval_indices,
+    shard_size,
+)
 
 
 @pytest.mark.parametrize("num_samples, size", [(8000, 4), (10, 3), (7, 7), (5, 8)])
@@ -56,3 +62,10 @@ def test_an_elastic_epoch_with_fixed_ranks_is_the_epochs_shuffle():
     order = epoch_order(100, 2, 5)
     assert np.array_equal(np.sort(order), np.arange(100))
     assert np.array_equal(elastic_batch(order, 40, 1, 2, 10), order[40:60][1::2])
+
+
+def test_a_shard_is_the_count_padded_to_a_multiple_of_the_ranks():
+    assert shard_size(8000, 2) == 4000
+    assert shard_size(8000, 3) == 2667  # 8001 samples dealt out, one repeated
+    assert shard_size(1, 4) == 1
+    assert all(len(epoch_indices(8000, rank, 3, 0, 42)) == 2667 for rank in range(3))
