@@ -76,12 +76,15 @@ def prepare_run(hvd, rt: Runtime, args) -> tuple:
     anywhere stops all ranks."""
     splits = check_all_ranks(
         hvd, lambda: mnist.load_train_test(args.data_dir, download=not args.no_download), "data")
+    n_train = len(splits[0])
+    if n_train == 0:
+        raise UserError(f"{n_train} training images cannot be shared by {rt.size} ranks")
     # A batch larger than the shard would train one partial batch an epoch
     # and end far below the accuracy the command suggests, without a word.
-    shard = sharding.shard_size(len(splits[0]), rt.size)
+    shard = sharding.shard_size(n_train, rt.size)
     if args.batch_size > shard:
         raise UserError(f"--batch-size {args.batch_size} is larger than a rank's shard: "
-                        f"{len(splits[0])} training images over {rt.size} ranks are {shard} "
+                        f"{n_train} training images over {rt.size} ranks are {shard} "
                         "per rank; use a smaller batch or fewer ranks")
     check_all_ranks(hvd, lambda: rt.is_root and metrics.prepare_output_dirs(
         args.log_dir, args.checkpoint_dir), "dirs")

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from horovod_train import lr_schedule, metrics, mnist, sharding
-from horovod_train.errors import UserError
 
 
 @dataclass
@@ -42,10 +41,8 @@ def batches(indices: np.ndarray, batch_size: int):
 def fit(args, rt, steps: Steps, train: mnist.Split, test: mnist.Split, epochs_done: int,
         framework: str, model_name: str, lr_scale: float, started: float) -> dict:
     """Train from `epochs_done` to args.epochs; return the run's summary."""
-    per_rank = len(sharding.epoch_indices(len(train), rt.rank, rt.size, 0, args.seed))
-    if per_rank == 0:
-        raise UserError(f"{len(train)} training images cannot be shared by {rt.size} ranks")
-    steps_per_epoch = math.ceil(per_rank / args.batch_size)
+    # prepare_run has checked that the shard holds at least one batch.
+    steps_per_epoch = math.ceil(sharding.shard_size(len(train), rt.size) / args.batch_size)
     log = metrics.MetricsLog(args.log_dir, enabled=rt.is_root, epochs_done=epochs_done)
     metrics.announce(rt, framework, model_name, len(train), len(test), args.lr, lr_scale,
                      epochs_done)
