@@ -1,30 +1,23 @@
-"""What rank 0 reports: a progress bar, one JSON line and TensorBoard scalars
-per epoch, and a summary of the whole run."""
+"""What rank 0 reports: one JSON line and TensorBoard scalars per epoch, and a
+summary of the whole run. Times follow the one definition that every
+trainer's --help states (options.TIMES_EPILOG)."""
 
 import collections
 import json
 import os
 import socket
-import sys
 import time
 from pathlib import Path
 
 from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.summary.writer.record_writer import RecordWriter
-from tqdm import tqdm
 
 from horovod_train.atomic import atomic_write_bytes
+from horovod_train.console import say
 from horovod_train.errors import UserError
 
 METRICS_NAME = "metrics.jsonl"
 SUMMARY_NAME = "summary.json"
-
-
-def progress(total: int, description: str, enabled: bool) -> tqdm:
-    # horovodrun forwards '\r' updates line by line, so the bar stays readable
-    # behind its [rank]<stderr> prefixes.
-    return tqdm(total=total, desc=description, unit="batch", disable=not enabled,
-                file=sys.stderr, mininterval=1.0, dynamic_ncols=False, ncols=100)
 
 
 class TensorBoardScalars:
@@ -117,10 +110,10 @@ def check_can_create(directory: Path) -> None:
 def announce(rt, framework: str, model: str, n_train: int, n_test: int, lr: float,
              scale: float, epochs_done: int) -> None:
     if rt.is_root:
-        print(f"training {framework} {model} on {n_train} images, testing on {n_test}, "
-              f"{rt.size} ranks ({rt.controller}), {rt.device}, {rt.threads} threads per rank, "
-              f"lr {lr} x {scale:g}"
-              + (f", resuming after epoch {epochs_done}" if epochs_done else ""), flush=True)
+        say(f"training {framework} {model} on {n_train} images, testing on {n_test}, "
+            f"{rt.size} ranks ({rt.controller}), {rt.device}, {rt.threads} threads per rank, "
+            f"lr {lr} x {scale:g}"
+            + (f", resuming after epoch {epochs_done}" if epochs_done else ""))
 
 
 def note_checkpoint(rt, path: Path, resume: bool) -> None:
@@ -129,11 +122,9 @@ def note_checkpoint(rt, path: Path, resume: bool) -> None:
     if not rt.is_root:
         return
     if resume and not path.exists():
-        print(f"note: --resume found no checkpoint at {path}; starting from epoch 1",
-              flush=True)
+        say(f"note: --resume found no checkpoint at {path}; starting from epoch 1")
     elif not resume and path.exists():
-        print(f"note: starting over; {path} will be replaced (pass --resume to continue "
-              "from it)", flush=True)
+        say(f"note: starting over; {path} will be replaced (pass --resume to continue from it)")
 
 
 def epoch_record(epoch: int, lr: float, train_sums: list[float], test_metrics: dict,
@@ -158,15 +149,19 @@ def format_epoch(record: dict) -> str:
             f"acc {record['test_accuracy']:.4f} | {record['images_per_sec']:.0f} images/s")
 
 
-def rank_figures(runtime, images: int, train_seconds: float, digest: str) -> dict:
-    """What each rank contributes to the summary (gathered with allgather_object)."""
+def rank_figures(runtime, images: int, step_seconds: float, train_seconds: float,
+                 digest: str) -> dict:
+    """What each rank contributes to the summary (gathered with
+    allgather_object): its images, the seconds it spent in training steps
+    and in training (options.TIMES_EPILOG)."""
     return {
         "rank": runtime.rank,
         "host": runtime.hostname,
         "local_rank": runtime.local_rank,
         "images": images,
+        "step_time_s": step_seconds,
         "train_time_s": train_seconds,
-        "images_per_sec": images / train_seconds if train_seconds else 0.0,
+        "images_per_sec": images / step_seconds if step_seconds else 0.0,
         "digest": digest,
     }
 
@@ -188,6 +183,7 @@ def build_summary(framework: str, model: str, runtime, ranks: list[dict], test_m
         "epochs": epochs,
         "resumed_after_epoch": epochs_done,
         **test_metrics,
+        "step_time_s": max(r["step_time_s"] for r in ranks),
         "train_time_s": max(r["train_time_s"] for r in ranks),
         "wall_time_s": wall_seconds,
         "weights_identical": len(set(digests)) == 1,
@@ -203,7 +199,7 @@ def finish_run(runtime, log_dir, summary: dict) -> dict:
     ended with different weights."""
     if runtime.is_root:
         write_summary(log_dir, summary)
-        print(format_summary(summary), flush=True)
+        say(format_summary(summary))
     if not summary["weights_identical"]:
         raise UserError("ranks ended with different weights: "
                         + ", ".join(sorted(set(summary["rank_digests"]))))
@@ -224,7 +220,14 @@ def format_summary(summary: dict) -> str:
         f"test accuracy {summary['test_accuracy']:.4f}  test loss {summary['test_loss']:.4f}",
         f"{summary['images_per_sec']:.0f} images/s in total over {summary['size']} ranks "
         f"({per_rank} per rank), on {hosts}, controller {summary['controller']}",
-        f"wall time {summary['wall_time_s']:.1f} s (training {summary['train_time_s']:.1f} s)",
+        format_times(summary),
         "weights identical on all ranks: "
         + ("yes" if summary["weights_identical"] else "NO (digests differ)"),
     ])
+
+
+def format_times(summary: dict) -> str:
+    """Wall time split as options.TIMES_EPILOG defines its parts."""
+    wall, train = summary["wall_time_s"], summary["train_time_s"]
+    return (f"wall time {wall:.1f} s: {train:.1f} s training ({summary['step_time_s']:.1f} s "
+            f"of it in steps), {wall - train:.1f} s start-up and summary")

@@ -35,10 +35,20 @@ def fraction(text: str) -> float:
     return value
 
 
+# The one definition of time in every trainer's output (metrics.py follows it).
+TIMES_EPILOG = (
+    "Times: wall time runs from the start of the trainer to its summary; training "
+    "time (train_time_s, and time to --target-accuracy on the same clock) from the first "
+    "step, after start-up, data loading and the broadcast of the initial state, to the end "
+    "of the last epoch, evaluation and checkpoints included. Images/s count the time in "
+    "training steps alone (step_time_s)."
+)
+
+
 def base_parser(prog: str, description: str) -> argparse.ArgumentParser:
     """Options every trainer has: data, schedule, Horovod, outputs."""
     parser = argparse.ArgumentParser(
-        prog=prog, description=description,
+        prog=prog, description=description, epilog=TIMES_EPILOG,
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     data = parser.add_argument_group("data")
@@ -80,7 +90,12 @@ def base_parser(prog: str, description: str) -> argparse.ArgumentParser:
     outputs.add_argument("--resume", action="store_true",
                          help="continue from the checkpoint in CHECKPOINT_DIR (with none "
                               "there, say so and start at epoch 1)")
-    outputs.add_argument("--no-progress", action="store_true", help="no progress bar")
+    outputs.add_argument("--no-progress", action="store_true",
+                         help="no progress: neither the bar nor its lines")
+    outputs.add_argument("--progress-every", type=positive_float, default=10.0,
+                         metavar="SECONDS",
+                         help="where stderr is not a terminal (a log, horovodrun), progress is "
+                              "a line from rank 0 at most every SECONDS instead of a bar")
     return parser
 
 

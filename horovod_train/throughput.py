@@ -13,7 +13,7 @@ import horovod
 import numpy as np
 import torch
 
-from horovod_train import benchmark, device_data, metrics, mnist, train_torch, upstream_example
+from horovod_train import benchmark, console, device_data, mnist, train_torch, upstream_example
 from horovod_train.models import build_model
 
 TARGET_RATIO = 1.5  # the goal: ours at least 1.5x the reference
@@ -48,7 +48,7 @@ class OurTrainer:
         loss_sum, _, count, _ = train_torch.train_epoch(
             self.model, self.optimizer, self.batches, self.device, self.amp_dtype, self.scaler,
             passes=1, first_step=0, steps=steps, lr_at=lambda _: self.lr,
-            bar=metrics.progress(steps, "", enabled=False))
+            bar=console.progress(steps, "", enabled=False))
         self.last_loss = loss_sum / count
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from horovod_train import lr_schedule, metrics, mnist, sharding
+from horovod_train import console, lr_schedule, metrics, mnist, sharding
 
 
 @dataclass
@@ -47,12 +47,14 @@ def fit(args, rt, steps: Steps, train: mnist.Split, test: mnist.Split, epochs_do
     metrics.announce(rt, framework, model_name, len(train), len(test), args.lr, lr_scale,
                      epochs_done)
 
-    images_seen, train_seconds = 0, 0.0
+    images_seen, step_seconds = 0, 0.0
     test_metrics = {"test_loss": math.nan, "test_accuracy": math.nan}
+    training_started = time.perf_counter()  # options.TIMES_EPILOG
     for epoch in range(epochs_done, args.epochs):
         indices = sharding.epoch_indices(len(train), rt.rank, rt.size, epoch, args.seed)
-        bar = metrics.progress(steps_per_epoch, f"epoch {epoch + 1}/{args.epochs}",
-                               enabled=rt.is_root and not args.no_progress)
+        bar = console.progress(steps_per_epoch, f"epoch {epoch + 1}/{args.epochs}",
+                               enabled=rt.is_root and not args.no_progress,
+                               every_s=args.progress_every)
         loss_sum = correct = 0.0
         tic = time.perf_counter()
         for i, batch in enumerate(batches(indices, args.batch_size)):
@@ -67,7 +69,7 @@ def fit(args, rt, steps: Steps, train: mnist.Split, test: mnist.Split, epochs_do
         epoch_seconds = time.perf_counter() - tic
         bar.close()
         images_seen += len(indices)
-        train_seconds += epoch_seconds
+        step_seconds += epoch_seconds
 
         steps.average_buffers()
         test_metrics = evaluate(steps, test, rt, args.test_batch_size)
@@ -79,12 +81,13 @@ def fit(args, rt, steps: Steps, train: mnist.Split, test: mnist.Split, epochs_do
         log.log_epoch(record)
         if rt.is_root:
             steps.save_checkpoint(epoch + 1, {"metrics": record, "world_size": rt.size})
-            print(metrics.format_epoch(record), flush=True)
+            console.say(metrics.format_epoch(record))
+    train_seconds = time.perf_counter() - training_started
     log.close()
     if epochs_done >= args.epochs:
         test_metrics = evaluate(steps, test, rt, args.test_batch_size)
 
-    mine = metrics.rank_figures(rt, images_seen, train_seconds, steps.digest())
+    mine = metrics.rank_figures(rt, images_seen, step_seconds, train_seconds, steps.digest())
     ranks = steps.allgather_object(mine, name="summary")
     summary = metrics.build_summary(framework, model_name, rt, ranks, test_metrics, args.epochs,
                                     epochs_done, time.perf_counter() - started, args)

@@ -16,6 +16,7 @@ from torch import nn
 from horovod_train import benchmark as benchmark_loop
 from horovod_train import (
     checkpoint,
+    console,
     device_data,
     distributed,
     lr_schedule,
@@ -162,18 +163,18 @@ def run(args: argparse.Namespace) -> dict:
         return lr_schedule.learning_rate(step, steps_per_epoch, args.epochs, args.lr, scale,
                                          args.warmup_epochs)
 
-    images_seen, train_seconds = 0, 0.0
+    images_seen, step_seconds = 0, 0.0
     test_metrics = {"test_loss": math.nan, "test_accuracy": math.nan}
-    # Time to accuracy counts from here: after start-up, data loading and
-    # the broadcast of the initial state.
+    # Training time, and time to accuracy, count from here (options.TIMES_EPILOG).
     training_started, target = time.perf_counter(), {"target_reached_epoch": None,
                                                      "time_to_target_s": None}
     for epoch in range(epochs_done, args.epochs):
         # Dropout draws depend on (seed, epoch, rank) only, so a resumed run
         # repeats what an uninterrupted one would have drawn.
         torch.manual_seed(args.seed * 1_000_003 + epoch * 1009 + rt.rank)
-        bar = metrics.progress(steps_per_epoch * passes, f"epoch {epoch + 1}/{args.epochs}",
-                               enabled=root and not args.no_progress)
+        bar = console.progress(steps_per_epoch * passes, f"epoch {epoch + 1}/{args.epochs}",
+                               enabled=root and not args.no_progress,
+                               every_s=args.progress_every)
         tic = time.perf_counter()
         loss_sum, correct, count, lr = train_epoch(
             model, optimizer, train_batches.epoch(epoch), device, amp_dtype, scaler, passes,
@@ -181,7 +182,7 @@ def run(args: argparse.Namespace) -> dict:
         epoch_seconds = time.perf_counter() - tic
         bar.close()
         images_seen += int(count)
-        train_seconds += epoch_seconds
+        step_seconds += epoch_seconds
 
         average_buffers(model)
         test_metrics = evaluate(model, eval_batches, device, amp_dtype)
@@ -199,17 +200,18 @@ def run(args: argparse.Namespace) -> dict:
         if root:
             checkpoint.save(args.checkpoint_dir, model, optimizer, args.model, epoch + 1,
                             extra={"metrics": record, "world_size": rt.size})
-            print(metrics.format_epoch(record), flush=True)
+            console.say(metrics.format_epoch(record))
         if reached:
             if root:
-                print(f"reached test accuracy {args.target_accuracy} after epoch {epoch + 1}, "
-                      f"{target['time_to_target_s']:.1f} s of training", flush=True)
+                console.say(f"reached test accuracy {args.target_accuracy} after epoch "
+                            f"{epoch + 1}, {target['time_to_target_s']:.1f} s of training")
             break
+    train_seconds = time.perf_counter() - training_started
     log.close()
     if epochs_done >= args.epochs:
         test_metrics = evaluate(model, eval_batches, device, amp_dtype)
 
-    mine = metrics.rank_figures(rt, images_seen, train_seconds, state_digest(model))
+    mine = metrics.rank_figures(rt, images_seen, step_seconds, train_seconds, state_digest(model))
     ranks = hvd.allgather_object(mine, name="summary")
     summary = metrics.build_summary("pytorch", args.model, rt, ranks, test_metrics, args.epochs,
                                     epochs_done, time.perf_counter() - started, args)
@@ -324,5 +326,5 @@ def benchmark(args: argparse.Namespace) -> dict:
     }, measures_allreduce=True)
     if rt.is_root:
         benchmark_loop.write_result(args.log_dir, record)
-        print(benchmark_loop.format_result(record), flush=True)
+        console.say(benchmark_loop.format_result(record))
     return record

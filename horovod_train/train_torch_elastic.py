@@ -27,7 +27,15 @@ import horovod.torch as hvd
 import torch
 import torch.nn.functional as F
 
-from horovod_train import checkpoint, device_data, lr_schedule, metrics, mnist, sharding
+from horovod_train import (
+    checkpoint,
+    console,
+    device_data,
+    lr_schedule,
+    metrics,
+    mnist,
+    sharding,
+)
 from horovod_train.errors import UserError
 from horovod_train.models import build_model
 from horovod_train.train_torch import average_buffers, distributed_optimizer, init, state_digest
@@ -45,8 +53,8 @@ class EventLog:
         record = {"event": event, "time": time.time(), "size": hvd.size(), **fields}
         with self.path.open("a") as f:
             f.write(json.dumps(record) + "\n")
-        print(f"elastic: {event} " + " ".join(f"{k}={v}" for k, v in record.items()
-                                              if k not in ("event", "time")), flush=True)
+        console.say(f"elastic: {event} " + " ".join(f"{k}={v}" for k, v in record.items()
+                                                    if k not in ("event", "time")))
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -105,26 +113,29 @@ def run(args: argparse.Namespace) -> dict:
                 checkpoint.save(args.checkpoint_dir, model, optimizer, args.model,
                                 state.epoch + 1, extra={"metrics": test_metrics,
                                                         "world_size": hvd.size()})
-                print(f"epoch {state.epoch + 1}/{args.epochs}: {hvd.size()} ranks, "
-                      f"test accuracy {test_metrics['test_accuracy']:.4f}", flush=True)
+                console.say(f"epoch {state.epoch + 1}/{args.epochs}: {hvd.size()} ranks, "
+                            f"test accuracy {test_metrics['test_accuracy']:.4f}")
             state.epoch += 1
             state.samples_done = 0
             state.commit()
             events.write("commit", epoch=state.epoch, samples_done=0)
         return test_metrics
 
+    training_started = time.perf_counter()  # options.TIMES_EPILOG
     test_metrics = train(state)
+    train_seconds = time.perf_counter() - training_started
     digests = hvd.allgather_object(state_digest(model), name="elastic.digests")
     summary = {
         "framework": "pytorch", "model": args.model, "elastic": True, "size": hvd.size(),
         "epochs": args.epochs, **test_metrics,
         "weights_identical": len(set(digests)) == 1, "weights_digest": digests[0],
-        "rank_digests": digests, "wall_time_s": time.perf_counter() - started,
+        "rank_digests": digests, "train_time_s": train_seconds,
+        "wall_time_s": time.perf_counter() - started,
     }
     if hvd.rank() == 0:
         metrics.write_summary(args.log_dir, summary)
-        print(f"elastic run done: {hvd.size()} ranks at the end, test accuracy "
-              f"{summary['test_accuracy']:.4f}", flush=True)
+        console.say(f"elastic run done: {hvd.size()} ranks at the end, test accuracy "
+                    f"{summary['test_accuracy']:.4f}")
     if not summary["weights_identical"]:
         raise UserError("ranks ended with different weights")
     return summary

@@ -4,6 +4,7 @@ that runs horovodrun for real and reads the trainer's summary."""
 import functools
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -180,7 +181,22 @@ def assert_trained(run: "Run", size: int, controller: str, hosts: dict,
         sum(r["images_per_sec"] for r in summary["ranks"]))
     assert all(r["images_per_sec"] > 0 for r in summary["ranks"])
     assert "weights identical on all ranks: yes" in run.output
+    assert_clean_output(run.output)
     return summary
+
+
+# horovodrun's prefix of a rank's output: [rank]<stream>: under Gloo,
+# [job,rank]<stream>: under MPI.
+RANK_PREFIX = re.compile(r"\[\d+(?:,\d+)?\]<std(?:out|err)>:")
+
+
+def assert_clean_output(output: str) -> None:
+    """Whole lines: no progress bar's carriage returns, and a rank's prefix
+    only at the start of a line, never glued to the end of another."""
+    assert "\r" not in output
+    for line in output.splitlines():
+        rest = line[m.end():] if (m := RANK_PREFIX.match(line)) else line
+        assert not RANK_PREFIX.search(rest), line
 
 
 def on_host(host: str, command: list[str]) -> list[str]:
@@ -210,11 +226,13 @@ class Run:
 
 
 def horovodrun(launch: list[str], trainer_args: list[str], log_dir: Path, host: str | None = None,
-               timeout: int = 400, trainer: str = TRAINER) -> Run:
+               timeout: int = 400, trainer: str = TRAINER, progress: bool = False) -> Run:
     """horovodrun LAUNCH python TRAINER --log-dir LOG_DIR TRAINER_ARGS, from the
-    checkout, on the machine itself or inside emulated host `host`."""
+    checkout, on the machine itself or inside emulated host `host`; with
+    --no-progress unless `progress`."""
     command = [str(BIN / "horovodrun"), *launch, str(BIN / "python"), trainer,
-               "--log-dir", str(log_dir), "--no-progress", *trainer_args]
+               "--log-dir", str(log_dir), *([] if progress else ["--no-progress"]),
+               *trainer_args]
     if host:
         command = on_host(host, command)
     env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}

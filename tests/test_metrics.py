@@ -80,8 +80,8 @@ RT = SimpleNamespace(size=2, controller="gloo", device="cpu", is_root=True)
 
 
 def ranks(digests):
-    return [{"rank": i, "host": h, "local_rank": 0, "images": 100, "train_time_s": t,
-             "images_per_sec": 100 / t, "digest": d}
+    return [{"rank": i, "host": h, "local_rank": 0, "images": 100, "step_time_s": t,
+             "train_time_s": t + 0.5, "images_per_sec": 100 / t, "digest": d}
             for i, (h, t, d) in enumerate(zip(["a", "b"], [1.0, 2.0], digests, strict=True))]
 
 
@@ -90,7 +90,8 @@ def test_summary_totals_are_sums_over_ranks():
                                     {"test_loss": 0.1, "test_accuracy": 0.9}, 3, 0, 5.0,
                                     SimpleNamespace(epochs=3))
     assert summary["images_per_sec"] == 150.0
-    assert summary["train_time_s"] == 2.0
+    # The slowest rank's times: the run is as slow as its slowest rank.
+    assert summary["step_time_s"] == 2.0 and summary["train_time_s"] == 2.5
     assert summary["hosts"] == {"a": 1, "b": 1}
     assert summary["weights_identical"] and "digest" not in summary["ranks"][0]
 
@@ -138,3 +139,11 @@ def test_a_checkpoint_used_otherwise_than_the_command_suggests_is_one_note(
     metrics.note_checkpoint(SimpleNamespace(is_root=True), path, resume)
     metrics.note_checkpoint(SimpleNamespace(is_root=False), path, resume)  # rank 0 speaks
     assert capsys.readouterr().out == said.format(path=path)
+
+
+def test_the_closing_lines_split_wall_time_as_help_defines_it():
+    summary = metrics.build_summary("pytorch", "m", RT, ranks(["x", "x"]),
+                                    {"test_loss": 0.1, "test_accuracy": 0.9}, 3, 0, 5.0,
+                                    SimpleNamespace(epochs=3))
+    assert ("wall time 5.0 s: 2.5 s training (2.0 s of it in steps), 2.5 s start-up and "
+            "summary") in metrics.format_summary(summary)

@@ -4,6 +4,7 @@ and interrupted then resumed."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -20,9 +21,16 @@ EPOCHS = ["--epochs", "3"]
 
 @pytest.mark.parametrize("controller", ["gloo", "mpi"])
 def test_two_ranks_on_this_machine_reach_95_percent(controller, mnist_dir, tmp_path):
+    """With progress on: under horovodrun stderr is no terminal, so progress
+    comes as whole lines from rank 0 (assert_trained checks the output has
+    whole lines only)."""
     run = horovodrun(["-np", "2", "-H", "localhost:2", f"--{controller}"],
-                     ["--data-dir", str(mnist_dir), "--no-download", *EPOCHS], tmp_path / "run")
+                     ["--data-dir", str(mnist_dir), "--no-download", *EPOCHS,
+                      "--progress-every", "0.5"], tmp_path / "run", progress=True)
     assert_trained(run, 2, controller, {run.summary["ranks"][0]["host"]: 2})
+    progress = re.findall(r"^\[[\d,]+\]<stderr>:epoch (\d)/3: \d+/63 batches, ", run.output,
+                          flags=re.M)
+    assert set(progress) == {"1", "2", "3"}, run.output[-3000:]
     epochs = run.epochs
     assert [e["epoch"] for e in epochs] == [1, 2, 3]
     assert epochs[-1]["test_accuracy"] == run.summary["test_accuracy"]
