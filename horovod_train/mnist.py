@@ -6,6 +6,11 @@ shares one reader.
     <data-dir>/MNIST/raw/t10k-images-idx3-ubyte[.gz]
     <data-dir>/MNIST/raw/t10k-labels-idx1-ubyte[.gz]
 
+Either form is read. What this module writes is what torchvision writes, so
+that `torchvision.datasets.MNIST(data_dir, download=False)` reads it too:
+a download keeps the checked .gz and extracts the plain file beside it, and
+a subset is written plain.
+
 Missing files are downloaded by one process per host (a file lock in the data
 directory); the others wait and then read what it wrote. Every file is checked
 on read: IDX magic number, dimensions, size, and label count.
@@ -205,6 +210,7 @@ def _download(raw: Path, name: str, missing: list[str]) -> None:
             failures.append(f"{url}: checksum mismatch (md5 {digest}, expected {GZ_MD5[name]})")
             continue
         atomic_write_bytes(raw / name, payload)
+        atomic_write_bytes(raw / name.removesuffix(".gz"), gzip.decompress(payload))
         return
     raise UserError(_missing_message(raw, missing, "; ".join(failures)))
 
@@ -218,9 +224,10 @@ def _missing_message(raw: Path, missing: list[str], why: str) -> str:
 
 
 def write_subset(source_dir: Path, data_dir: Path, n_train: int, n_test: int) -> None:
-    """Write a train/test pair in the torchvision layout from a copy of the
-    10,000-digit MNIST test split (for offline machines): the first n_train
-    digits become the training set and the last n_test the test set."""
+    """Write a train/test pair in the torchvision layout, as plain files like
+    torchvision's own, from a copy of the 10,000-digit MNIST test split (for
+    offline machines): the first n_train digits become the training set and
+    the last n_test the test set."""
     source = read_pair(source_dir, "test")
     if n_train < 1 or n_test < 1 or n_train + n_test > len(source):
         raise UserError(
@@ -232,8 +239,8 @@ def write_subset(source_dir: Path, data_dir: Path, n_train: int, n_test: int) ->
     parts = {"train": slice(0, n_train), "test": slice(len(source) - n_test, len(source))}
     for split, rows in parts.items():
         image_stem, label_stem = file_stems(split)
-        write_idx(raw / (image_stem + ".gz"), source.images[rows])
-        write_idx(raw / (label_stem + ".gz"), source.labels[rows])
+        write_idx(raw / image_stem, source.images[rows])
+        write_idx(raw / label_stem, source.labels[rows])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -35,12 +35,24 @@ def test_subset_takes_first_for_training_and_last_for_testing(t10k_dir, mnist_di
     assert np.array_equal(test.labels, source.labels[-2000:])
 
 
+def test_torchvision_reads_what_subset_writes(t10k_dir, mnist_dir):
+    """Horovod's own example and torchvision users point torchvision's MNIST
+    at the same directory, without downloading again."""
+    from torchvision import datasets
+    train = datasets.MNIST(str(mnist_dir), train=True, download=False)
+    test = datasets.MNIST(str(mnist_dir), train=False, download=False)
+    source = mnist.read_pair(t10k_dir, "test")
+    assert len(train) == 8000 and len(test) == 2000
+    assert np.array_equal(train.data.numpy(), source.images[:8000])
+    assert np.array_equal(test.targets.numpy(), source.labels[-2000:])
+
+
 def test_plain_and_gzipped_files_read_the_same(tmp_path, mnist_dir):
     raw = mnist.raw_dir(mnist_dir)
-    plain = mnist.raw_dir(tmp_path)
-    plain.mkdir(parents=True)
-    for gz in raw.glob("*.gz"):
-        (plain / gz.stem).write_bytes(gzip.decompress(gz.read_bytes()))
+    gzipped = mnist.raw_dir(tmp_path)
+    gzipped.mkdir(parents=True)
+    for plain in raw.glob("*-ubyte"):
+        (gzipped / (plain.name + ".gz")).write_bytes(gzip.compress(plain.read_bytes()))
     a = mnist.load_split(mnist_dir, "test", download=False)
     b = mnist.load_split(tmp_path, "test", download=False)
     assert np.array_equal(a.images, b.images) and np.array_equal(a.labels, b.labels)
@@ -84,9 +96,9 @@ def test_truncated_file_is_named(small_dir):
         mnist.load_split(small_dir, "test", download=False)
 
 
-def test_truncated_gzip_is_named(tmp_path, mnist_dir):
+def test_truncated_gzip_is_named(tmp_path, t10k_dir):
     raw = mnist.raw_dir(tmp_path)
-    shutil.copytree(mnist.raw_dir(mnist_dir), raw)
+    shutil.copytree(t10k_dir, raw)
     path = raw / "t10k-images-idx3-ubyte.gz"
     path.write_bytes(path.read_bytes()[:5000])
     with pytest.raises(UserError, match="t10k-images-idx3-ubyte.gz: cannot read MNIST images"):
@@ -132,11 +144,17 @@ def loopback_mirror(t10k_dir, tmp_path, monkeypatch):
 
 
 def test_download_fetches_missing_files_and_checks_them(loopback_mirror, tmp_path):
+    """As torchvision's download does: the checked .gz is kept and the
+    plain file, which torchvision reads, is extracted beside it."""
     data_dir = tmp_path / "data"
     split = mnist.load_split(data_dir, "test", download=True)
     assert len(split) == 10000
-    assert {p.name for p in mnist.raw_dir(data_dir).glob("*.gz")} == {
-        "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"}
+    raw = mnist.raw_dir(data_dir)
+    assert {p.name for p in raw.glob("t10k-*")} == {
+        "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz",
+        "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"}
+    for gz in raw.glob("*.gz"):
+        assert (raw / gz.stem).read_bytes() == gzip.decompress(gz.read_bytes())
 
 
 def test_download_rejects_a_file_with_the_wrong_checksum(loopback_mirror, tmp_path):
