@@ -69,6 +69,10 @@ def base_parser(prog: str, description: str) -> argparse.ArgumentParser:
                           help="epochs of linear warm-up to the scaled learning rate")
     schedule.add_argument("--momentum", type=non_negative_float, default=0.9)
     schedule.add_argument("--seed", type=int, default=42)
+    schedule.add_argument("--target-accuracy", type=fraction, default=None, metavar="A",
+                          help="stop after the first epoch whose test accuracy reaches A "
+                               "(0-1); the summary records the epoch and the training time "
+                               "it took")
 
     horovod = parser.add_argument_group("horovod")
     horovod.add_argument("--fp16-allreduce", action="store_true",

@@ -35,11 +35,6 @@ def parse_args(argv: list[str]):
                                     "loader: a DataLoader, for data that does not fit in "
                                     "memory, and the default of --benchmark-steps runs, whose "
                                     "figures compare with ddp_benchmark.py's DataLoader")
-    torch_options.add_argument("--target-accuracy", type=options.fraction, default=None,
-                               metavar="A",
-                               help="stop after the first epoch whose test accuracy reaches A "
-                                    "(0-1); the summary records the epoch and the training "
-                                    "time it took")
     torch_options.add_argument("--num-workers", type=options.non_negative_int, default=None,
                                help="DataLoader worker processes with --data-pipeline loader "
                                     "(default: 2 on GPU, 0 on CPU)")

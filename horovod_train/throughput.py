@@ -4,6 +4,7 @@ size and data. The two are measured in turns (ours, reference, ours,
 reference, ...) so that whatever else the machine is doing slows both alike;
 each side's figure is the median of its turns."""
 
+import itertools
 import platform
 import resource
 import statistics
@@ -13,7 +14,14 @@ import horovod
 import numpy as np
 import torch
 
-from horovod_train import benchmark, console, device_data, mnist, train_torch, upstream_example
+from horovod_train import (
+    benchmark,
+    device_data,
+    mnist,
+    train_loop,
+    train_torch,
+    upstream_example,
+)
 from horovod_train.models import build_model
 
 TARGET_RATIO = 1.5  # the issue's goal: ours at least 1.5x the reference
@@ -31,7 +39,7 @@ def generated_split(samples: int, seed: int) -> mnist.Split:
 
 class OurTrainer:
     """The trainer's own pieces: the data on the device (the default
-    pipeline), its optimizer set-up and its train_epoch step loop, run
+    pipeline), its optimizer set-up, its step and the epoch loop's train_epoch, run
     `steps` batches at a time at a fixed learning rate."""
 
     def __init__(self, model, optimizer, split: mnist.Split, batch_size: int, rank: int,
@@ -40,15 +48,17 @@ class OurTrainer:
         shards = device_data.ShardedBatches(device_data.DeviceMnist(split, device), batch_size,
                                             rank, size, seed)
         self.batches = benchmark.every_epoch(shards)
-        self.amp_dtype, use_scaler = train_torch.amp_settings(device)
-        self.scaler = torch.amp.GradScaler("cuda", enabled=use_scaler)
+        amp_dtype, use_scaler = train_torch.amp_settings(device)
+        self.train_batch = train_torch.batch_trainer(
+            model, optimizer, device, amp_dtype, torch.amp.GradScaler("cuda", enabled=use_scaler),
+            passes=1)
         self.last_loss = float("nan")
 
     def run(self, steps: int) -> None:
-        loss_sum, _, count, _ = train_torch.train_epoch(
-            self.model, self.optimizer, self.batches, self.device, self.amp_dtype, self.scaler,
-            passes=1, first_step=0, steps=steps, lr_at=lambda _: self.lr,
-            bar=console.progress(steps, "", enabled=False))
+        self.model.train()
+        loss_sum, _, count = train_loop.train_epoch(
+            self.train_batch, lambda lr: train_torch.set_lr(self.optimizer, lr),
+            itertools.islice(self.batches, steps), lr_at=lambda _: self.lr)
         self.last_loss = loss_sum / count
 
 

@@ -1,107 +1,154 @@
-"""The epoch loop of the TensorFlow and MXNet trainers. Both read MNIST as
-numpy batches, so everything but the framework's own calls is shared: shards
-per epoch, the learning-rate schedule, metrics summed over ranks, rank 0's
-checkpoints and logs, and the closing summary. A trainer hands in its calls
-as a Steps."""
+"""The one epoch loop of every trainer: PyTorch, PyTorch elastic, TensorFlow
+and MXNet hand in their own calls as a Steps, and everything else is shared: the learning-rate
+schedule, metrics summed over ranks, rank 0's checkpoints, logs and lines,
+the stop at --target-accuracy, and the closing summary, with the same
+fields whatever the framework.
 
+A framework's train_batch may return device tensors (PyTorch does): the
+loop only adds them up, so nothing waits for the device until the epoch's
+end, and the allreduces that backward() starts overlap the rest of the step.
+"""
+
+import itertools
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
-import numpy as np
+from horovod_train import console, lr_schedule, metrics
 
-from horovod_train import console, lr_schedule, metrics, mnist, sharding
+# (loss sum, correct, images) of a batch: numbers, or tensors on the device.
+BatchSums = tuple[Any, Any, int]
+
+
+def no_op(*_) -> None:
+    pass
 
 
 @dataclass
 class Steps:
-    """A framework's side of training. Images come normalised, (N, 28, 28)
-    float32; each framework adds the channel axis where it wants it."""
+    """A framework's side of training."""
 
+    batches_per_epoch: int  # the same on every rank: the shards are padded
+    epoch_batches: Callable[[int], Iterable]  # this rank's training batches of an epoch
+    train_batch: Callable[[Any, Any], BatchSums]  # forward, backward, and the step when due
+    eval_batches: Callable[[], Iterable]  # this rank's disjoint slice of the test split
+    eval_batch: Callable[[Any, Any], BatchSums]
     set_lr: Callable[[float], None]
-    train_batch: Callable[[np.ndarray, np.ndarray], tuple[float, float]]  # -> loss sum, correct
-    eval_batch: Callable[[np.ndarray, np.ndarray], tuple[float, float]]
     sum_across_ranks: Callable[[list[float], str], list[float]]
     average_buffers: Callable[[], None]  # batch-norm statistics, averaged over ranks
     save_checkpoint: Callable[[int, dict], None]  # epochs done, extra; rank 0 only
-    digest: Callable[[], str]
+    digest: Callable[[], str]  # of the weights, to show every rank ends with the same
     allgather_object: Callable
+    start_epoch: Callable[[int], None] = no_op  # training mode, the epoch's random draws
+    start_eval: Callable[[], None] = no_op
+    end_epoch: Callable[[int], None] = no_op  # after the epoch's checkpoint (elastic: commit)
+    batches_per_step: int = 1  # batches whose gradients one optimizer step averages
+    # The learning rate at an optimizer step; by default the schedule of
+    # lr_schedule over the run's epochs (elastic counts samples instead).
+    lr_at: Callable[[int], float] | None = None
 
 
-def normalise(images: np.ndarray) -> np.ndarray:
-    return (images.astype(np.float32) / 255.0 - mnist.MEAN) / mnist.STD
+def train_epoch(train_batch: Callable[[Any, Any], BatchSums], set_lr: Callable[[float], None],
+                batches: Iterable, lr_at: Callable[[int], float], first_step: int = 0,
+                batches_per_step: int = 1, bar=None) -> tuple[float, float, int]:
+    """Train on `batches`; returns this rank's loss sum, correct count and
+    images. The sums stay on the device until this returns."""
+    loss_sum = correct = 0
+    count = 0
+    for i, (images, labels) in enumerate(batches):
+        set_lr(lr_at(first_step + i // batches_per_step))
+        batch_loss, batch_correct, images_in_batch = train_batch(images, labels)
+        loss_sum = loss_sum + batch_loss
+        correct = correct + batch_correct
+        count += images_in_batch
+        if bar is not None:
+            bar.update()
+    return float(loss_sum), float(correct), count
 
 
-def batches(indices: np.ndarray, batch_size: int):
-    for start in range(0, len(indices), batch_size):
-        yield indices[start:start + batch_size]
+def evaluate(steps: Steps) -> dict:
+    """Test loss and accuracy: each rank scores its slice, the sums over
+    ranks are exact."""
+    steps.start_eval()
+    loss_sum = correct = 0
+    count = 0
+    for images, labels in steps.eval_batches():
+        batch_loss, batch_correct, images_in_batch = steps.eval_batch(images, labels)
+        loss_sum = loss_sum + batch_loss
+        correct = correct + batch_correct
+        count += images_in_batch
+    loss_sum, correct, count = steps.sum_across_ranks(
+        [float(loss_sum), float(correct), float(count)], "eval")
+    return {"test_loss": loss_sum / count, "test_accuracy": correct / count}
 
 
-def fit(args, rt, steps: Steps, train: mnist.Split, test: mnist.Split, epochs_done: int,
-        framework: str, model_name: str, lr_scale: float, started: float) -> dict:
-    """Train from `epochs_done` to args.epochs; return the run's summary."""
-    # prepare_run has checked that the shard holds at least one batch.
-    steps_per_epoch = math.ceil(sharding.shard_size(len(train), rt.size) / args.batch_size)
+def fit(args, rt, steps: Steps, n_train: int, n_test: int, epochs_done: int, framework: str,
+        model_name: str, lr_scale: float, started: float) -> dict:
+    """Train from `epochs_done` to args.epochs, or to the first epoch that
+    reaches args.target_accuracy; return the run's summary."""
+    steps_per_epoch = steps.batches_per_epoch // steps.batches_per_step
     log = metrics.MetricsLog(args.log_dir, enabled=rt.is_root, epochs_done=epochs_done)
-    metrics.announce(rt, framework, model_name, len(train), len(test), args.lr, lr_scale,
-                     epochs_done)
+    metrics.announce(rt, framework, model_name, n_train, n_test, args.lr, lr_scale, epochs_done)
+
+    def scheduled_lr(step: int) -> float:
+        return lr_schedule.learning_rate(step, steps_per_epoch, args.epochs, args.lr, lr_scale,
+                                         args.warmup_epochs)
+
+    lr_at = steps.lr_at or scheduled_lr
 
     images_seen, step_seconds = 0, 0.0
     test_metrics = {"test_loss": math.nan, "test_accuracy": math.nan}
+    target = {"target_accuracy": args.target_accuracy, "target_reached_epoch": None,
+              "time_to_target_s": None}
     training_started = time.perf_counter()  # options.TIMES_EPILOG
     for epoch in range(epochs_done, args.epochs):
-        indices = sharding.epoch_indices(len(train), rt.rank, rt.size, epoch, args.seed)
-        bar = console.progress(steps_per_epoch, f"epoch {epoch + 1}/{args.epochs}",
+        steps.start_epoch(epoch)
+        bar = console.progress(steps.batches_per_epoch, f"epoch {epoch + 1}/{args.epochs}",
                                enabled=rt.is_root and not args.no_progress,
                                every_s=args.progress_every)
-        loss_sum = correct = 0.0
         tic = time.perf_counter()
-        for i, batch in enumerate(batches(indices, args.batch_size)):
-            lr = lr_schedule.learning_rate(epoch * steps_per_epoch + i, steps_per_epoch,
-                                           args.epochs, args.lr, lr_scale, args.warmup_epochs)
-            steps.set_lr(lr)
-            batch_loss, batch_correct = steps.train_batch(normalise(train.images[batch]),
-                                                          train.labels[batch])
-            loss_sum += batch_loss
-            correct += batch_correct
-            bar.update()
+        loss_sum, correct, count = train_epoch(
+            steps.train_batch, steps.set_lr,
+            itertools.islice(steps.epoch_batches(epoch), steps.batches_per_epoch), lr_at,
+            first_step=epoch * steps_per_epoch, batches_per_step=steps.batches_per_step, bar=bar)
         epoch_seconds = time.perf_counter() - tic
         bar.close()
-        images_seen += len(indices)
+        images_seen += count
         step_seconds += epoch_seconds
 
         steps.average_buffers()
-        test_metrics = evaluate(steps, test, rt, args.test_batch_size)
+        test_metrics = evaluate(steps)
+        # Every rank sees the same accuracy (summed over ranks), so all stop together.
+        reached = (args.target_accuracy is not None
+                   and test_metrics["test_accuracy"] >= args.target_accuracy)
+        if reached:
+            target.update(target_reached_epoch=epoch + 1,
+                          time_to_target_s=time.perf_counter() - training_started)
         record = metrics.epoch_record(
-            epoch + 1, lr,
-            steps.sum_across_ranks([loss_sum, correct, len(indices),
-                                    len(indices) / epoch_seconds], f"train.{epoch}"),
+            epoch + 1, lr_at((epoch + 1) * steps_per_epoch - 1),
+            steps.sum_across_ranks([loss_sum, correct, count, count / epoch_seconds],
+                                   f"train.{epoch}"),
             test_metrics, epoch_seconds)
         log.log_epoch(record)
         if rt.is_root:
             steps.save_checkpoint(epoch + 1, {"metrics": record, "world_size": rt.size})
             console.say(metrics.format_epoch(record))
+            if reached:
+                console.say(f"reached test accuracy {args.target_accuracy} after epoch "
+                            f"{epoch + 1}, {target['time_to_target_s']:.1f} s of training")
+        steps.end_epoch(epoch)
+        if reached:
+            break
     train_seconds = time.perf_counter() - training_started
     log.close()
     if epochs_done >= args.epochs:
-        test_metrics = evaluate(steps, test, rt, args.test_batch_size)
+        test_metrics = evaluate(steps)
 
     mine = metrics.rank_figures(rt, images_seen, step_seconds, train_seconds, steps.digest())
     ranks = steps.allgather_object(mine, name="summary")
     summary = metrics.build_summary(framework, model_name, rt, ranks, test_metrics, args.epochs,
                                     epochs_done, time.perf_counter() - started, args)
+    summary.update(target)
     return metrics.finish_run(rt, args.log_dir, summary)
-
-
-def evaluate(steps: Steps, test: mnist.Split, rt, batch_size: int) -> dict:
-    """Each rank scores a disjoint slice; the sums over ranks are exact."""
-    loss_sum = correct = 0.0
-    indices = sharding.eval_indices(len(test), rt.rank, rt.size)
-    for batch in batches(indices, batch_size):
-        batch_loss, batch_correct = steps.eval_batch(normalise(test.images[batch]),
-                                                     test.labels[batch])
-        loss_sum += batch_loss
-        correct += batch_correct
-    loss_sum, correct, count = steps.sum_across_ranks([loss_sum, correct, len(indices)], "eval")
-    return {"test_loss": loss_sum / count, "test_accuracy": correct / count}

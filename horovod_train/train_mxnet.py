@@ -14,7 +14,14 @@ import numpy as np
 from mxnet import autograd, gluon
 from mxnet.gluon import nn
 
-from horovod_train import array_checkpoint, distributed, lr_schedule, metrics, train_loop
+from horovod_train import (
+    array_checkpoint,
+    array_data,
+    distributed,
+    lr_schedule,
+    metrics,
+    train_loop,
+)
 from horovod_train.errors import UserError
 
 MODEL_NAME = "mnist_cnn"
@@ -98,7 +105,7 @@ def run(args: argparse.Namespace) -> dict:
     # Every rank starts from rank 0's weights.
     hvd.broadcast_parameters(params, root_rank=0)
 
-    def train_batch(images: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
+    def train_batch(images: np.ndarray, labels: np.ndarray) -> train_loop.BatchSums:
         x = mx.nd.array(images[:, np.newaxis], ctx=context)
         y = mx.nd.array(labels, ctx=context)
         with autograd.record():
@@ -106,13 +113,13 @@ def run(args: argparse.Namespace) -> dict:
             loss = loss_fn(output, y)
         loss.backward()
         trainer.step(len(labels))  # gradient of the mean loss, averaged over ranks
-        return float(loss.sum().asscalar()), count_correct(output, y)
+        return float(loss.sum().asscalar()), count_correct(output, y), len(labels)
 
-    def eval_batch(images: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
+    def eval_batch(images: np.ndarray, labels: np.ndarray) -> train_loop.BatchSums:
         x = mx.nd.array(images[:, np.newaxis], ctx=context)
         y = mx.nd.array(labels, ctx=context)
         output = net(x)
-        return float(loss_fn(output, y).sum().asscalar()), count_correct(output, y)
+        return float(loss_fn(output, y).sum().asscalar()), count_correct(output, y), len(labels)
 
     def average_buffers():
         for name, p in params.items():
@@ -128,9 +135,14 @@ def run(args: argparse.Namespace) -> dict:
                               state_arrays(), extra)
 
     steps = train_loop.Steps(
-        set_lr=trainer.set_learning_rate,
+        batches_per_epoch=array_data.batches_per_epoch(train, rt.size, args.batch_size),
+        epoch_batches=lambda epoch: array_data.epoch_batches(train, rt.rank, rt.size, epoch,
+                                                             args.seed, args.batch_size),
         train_batch=train_batch,
+        eval_batches=lambda: array_data.eval_batches(test, rt.rank, rt.size,
+                                                     args.test_batch_size),
         eval_batch=eval_batch,
+        set_lr=trainer.set_learning_rate,
         sum_across_ranks=sum_across_ranks,
         average_buffers=average_buffers,
         save_checkpoint=save_checkpoint,
@@ -139,8 +151,8 @@ def run(args: argparse.Namespace) -> dict:
         allgather_object=hvd.allgather_object,
     )
     scale = lr_schedule.lr_scale(rt.size, False, rt.local_size, on_gpu=use_gpu)
-    return train_loop.fit(args, rt, steps, train, test, epochs_done, "mxnet", MODEL_NAME,
-                          scale, started)
+    return train_loop.fit(args, rt, steps, len(train), len(test), epochs_done, "mxnet",
+                          MODEL_NAME, scale, started)
 
 
 def count_correct(output, labels) -> float:

@@ -8,7 +8,14 @@ import horovod.tensorflow as hvd
 import numpy as np
 import tensorflow as tf
 
-from horovod_train import array_checkpoint, distributed, lr_schedule, metrics, train_loop
+from horovod_train import (
+    array_checkpoint,
+    array_data,
+    distributed,
+    lr_schedule,
+    metrics,
+    train_loop,
+)
 
 MODEL_NAME = "mnist_cnn"
 
@@ -117,7 +124,7 @@ def run(args: argparse.Namespace) -> dict:
     def batch_runner(step):
         def run_batch(images, labels):
             loss, correct = step(*as_batch(images, labels))
-            return float(loss), float(correct)
+            return float(loss), float(correct), len(labels)
         return run_batch
 
     def average_buffers():
@@ -133,9 +140,14 @@ def run(args: argparse.Namespace) -> dict:
                               {n: v.numpy() for n, v in variables.items()}, extra)
 
     steps = train_loop.Steps(
-        set_lr=optimizer.learning_rate.assign,
+        batches_per_epoch=array_data.batches_per_epoch(train, rt.size, args.batch_size),
+        epoch_batches=lambda epoch: array_data.epoch_batches(train, rt.rank, rt.size, epoch,
+                                                             args.seed, args.batch_size),
         train_batch=batch_runner(train_step),
+        eval_batches=lambda: array_data.eval_batches(test, rt.rank, rt.size,
+                                                     args.test_batch_size),
         eval_batch=batch_runner(eval_step),
+        set_lr=optimizer.learning_rate.assign,
         sum_across_ranks=sum_across_ranks,
         average_buffers=average_buffers,
         save_checkpoint=save_checkpoint,
@@ -144,8 +156,8 @@ def run(args: argparse.Namespace) -> dict:
     )
     scale = lr_schedule.lr_scale(rt.size, args.use_adasum, rt.local_size,
                                  on_gpu=rt.device != "cpu")
-    return train_loop.fit(args, rt, steps, train, test, epochs_done, "tensorflow", MODEL_NAME,
-                          scale, started)
+    return train_loop.fit(args, rt, steps, len(train), len(test), epochs_done, "tensorflow",
+                          MODEL_NAME, scale, started)
 
 
 def count_correct(logits, labels):

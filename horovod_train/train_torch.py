@@ -5,7 +5,6 @@ writes files and prints."""
 import argparse
 import contextlib
 import itertools
-import math
 import time
 
 import horovod.torch as hvd
@@ -23,6 +22,7 @@ from horovod_train import (
     metrics,
     mnist,
     torch_data,
+    train_loop,
 )
 from horovod_train.errors import UserError
 from horovod_train.models import build_model, convert_sync_batchnorm, input_shape
@@ -114,9 +114,10 @@ def distributed_optimizer(model: nn.Module, lr: float, momentum: float, fp16_all
 
 
 def run(args: argparse.Namespace) -> dict:
+    """The training run (the shared epoch loop, train_loop.fit, with the
+    PyTorch steps below)."""
     started = time.perf_counter()
     rt, device = init(use_cuda=not args.no_cuda, threads=args.threads, seed=args.seed)
-    root = rt.is_root
     on_cuda = device.type == "cuda"
     distributed.check_controller(args.use_adasum, rt.controller, "pytorch")
     if args.sync_bn and not on_cuda:
@@ -149,105 +150,63 @@ def run(args: argparse.Namespace) -> dict:
     scaler = torch.amp.GradScaler("cuda", enabled=use_scaler)
     passes = args.backward_passes_per_step
     # Same count on every rank (the shards are padded): whole optimizer steps only.
-    steps_per_epoch = len(train_batches) // passes
-    if steps_per_epoch == 0:
+    batches_per_epoch = len(train_batches) // passes * passes
+    if batches_per_epoch == 0:
         raise UserError(
             f"{len(train_split)} training images over {rt.size} ranks give fewer than "
             f"{passes} batches of {args.batch_size} per rank"
         )
-    log = metrics.MetricsLog(args.log_dir, enabled=root, epochs_done=epochs_done)
-    metrics.announce(rt, "pytorch", args.model, len(train_split), len(test_split), args.lr, scale,
-                     epochs_done)
 
-    def lr_at(step: int) -> float:
-        return lr_schedule.learning_rate(step, steps_per_epoch, args.epochs, args.lr, scale,
-                                         args.warmup_epochs)
-
-    images_seen, step_seconds = 0, 0.0
-    test_metrics = {"test_loss": math.nan, "test_accuracy": math.nan}
-    # Training time, and time to accuracy, count from here (options.TIMES_EPILOG).
-    training_started, target = time.perf_counter(), {"target_reached_epoch": None,
-                                                     "time_to_target_s": None}
-    for epoch in range(epochs_done, args.epochs):
+    def start_epoch(epoch: int) -> None:
+        model.train()
         # Dropout draws depend on (seed, epoch, rank) only, so a resumed run
         # repeats what an uninterrupted one would have drawn.
         torch.manual_seed(args.seed * 1_000_003 + epoch * 1009 + rt.rank)
-        bar = console.progress(steps_per_epoch * passes, f"epoch {epoch + 1}/{args.epochs}",
-                               enabled=root and not args.no_progress,
-                               every_s=args.progress_every)
-        tic = time.perf_counter()
-        loss_sum, correct, count, lr = train_epoch(
-            model, optimizer, train_batches.epoch(epoch), device, amp_dtype, scaler, passes,
-            first_step=epoch * steps_per_epoch, steps=steps_per_epoch, lr_at=lr_at, bar=bar)
-        epoch_seconds = time.perf_counter() - tic
-        bar.close()
-        images_seen += int(count)
-        step_seconds += epoch_seconds
 
-        average_buffers(model)
-        test_metrics = evaluate(model, eval_batches, device, amp_dtype)
-        # Every rank sees the same accuracy (summed over ranks), so all stop together.
-        reached = (args.target_accuracy is not None
-                   and test_metrics["test_accuracy"] >= args.target_accuracy)
-        if reached:
-            target = {"target_reached_epoch": epoch + 1,
-                      "time_to_target_s": time.perf_counter() - training_started}
-        record = metrics.epoch_record(
-            epoch + 1, lr,
-            sum_across_ranks([loss_sum, correct, count, count / epoch_seconds], f"train.{epoch}"),
-            test_metrics, epoch_seconds)
-        log.log_epoch(record)
-        if root:
-            checkpoint.save(args.checkpoint_dir, model, optimizer, args.model, epoch + 1,
-                            extra={"metrics": record, "world_size": rt.size})
-            console.say(metrics.format_epoch(record))
-        if reached:
-            if root:
-                console.say(f"reached test accuracy {args.target_accuracy} after epoch "
-                            f"{epoch + 1}, {target['time_to_target_s']:.1f} s of training")
-            break
-    train_seconds = time.perf_counter() - training_started
-    log.close()
-    if epochs_done >= args.epochs:
-        test_metrics = evaluate(model, eval_batches, device, amp_dtype)
-
-    mine = metrics.rank_figures(rt, images_seen, step_seconds, train_seconds, state_digest(model))
-    ranks = hvd.allgather_object(mine, name="summary")
-    summary = metrics.build_summary("pytorch", args.model, rt, ranks, test_metrics, args.epochs,
-                                    epochs_done, time.perf_counter() - started, args)
-    summary.update(target_accuracy=args.target_accuracy, **target)
-    return metrics.finish_run(rt, args.log_dir, summary)
+    steps = train_loop.Steps(
+        batches_per_epoch=batches_per_epoch,
+        epoch_batches=train_batches.epoch,
+        train_batch=batch_trainer(model, optimizer, device, amp_dtype, scaler, passes),
+        eval_batches=lambda: eval_batches,
+        eval_batch=lambda images, labels: eval_batch(model, images, labels, device, amp_dtype),
+        set_lr=lambda lr: set_lr(optimizer, lr),
+        sum_across_ranks=sum_across_ranks,
+        average_buffers=lambda: average_buffers(model),
+        save_checkpoint=lambda epochs, extra: checkpoint.save(
+            args.checkpoint_dir, model, optimizer, args.model, epochs, extra=extra),
+        digest=lambda: state_digest(model),
+        allgather_object=hvd.allgather_object,
+        start_epoch=start_epoch,
+        start_eval=model.eval,
+        batches_per_step=passes,
+    )
+    return train_loop.fit(args, rt, steps, len(train_split), len(test_split), epochs_done,
+                          "pytorch", args.model, scale, started)
 
 
-def train_epoch(model, optimizer, batches, device, amp_dtype, scaler, passes: int,
-                first_step: int, steps: int, lr_at, bar) -> tuple[float, float, float, float]:
-    """`steps` optimizer steps of `passes` batches each, taken from the
-    iterator `batches`; returns the loss sum, correct count and image count
-    on this rank, and the last learning rate.
+def set_lr(optimizer, lr: float) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = lr
 
-    Nothing here waits for the device or for Horovod before the end: no
-    .item(), no explicit synchronize() (except the loss-scaling pattern), so
-    the allreduces that backward() starts overlap the rest of the backward
-    pass and, on a GPU, the host runs ahead queueing the next steps."""
-    model.train()
-    loss_sum = torch.zeros((), dtype=torch.float64, device=device)
-    correct = torch.zeros((), dtype=torch.int64, device=device)
-    count = 0
-    lr = lr_at(first_step)
-    for i, (images, labels) in enumerate(itertools.islice(batches, steps * passes)):
-        if i % passes == 0:
-            lr = lr_at(first_step + i // passes)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
+
+def batch_trainer(model, optimizer, device, amp_dtype, scaler, passes: int):
+    """The PyTorch step as train_loop calls it, once per batch: forward and
+    backward, and the optimizer step after every `passes` batches. It
+    returns the batch's sums as device tensors, so nothing waits for the
+    device or for Horovod (no .item(), no synchronize() except the
+    loss-scaling pattern): the allreduces that backward() starts overlap
+    the rest of the backward pass and, on a GPU, the host runs ahead
+    queueing the next steps."""
+    batches_done = itertools.count(1)
+
+    def train_batch(images, labels) -> train_loop.BatchSums:
         images = images.to(device, non_blocking=True)
         labels = labels.to(device, non_blocking=True)
-        autocast = (torch.autocast(device.type, dtype=amp_dtype) if amp_dtype
-                    else contextlib.nullcontext())
-        with autocast:
+        with autocast(device, amp_dtype):
             output = model(images)
             loss = F.cross_entropy(output, labels)
         scaler.scale(loss / passes).backward()
-        if (i + 1) % passes == 0:
+        if next(batches_done) % passes == 0:
             if scaler.is_enabled():
                 # Horovod's pattern for loss scaling: reduce, unscale, then
                 # step without reducing a second time.
@@ -260,35 +219,24 @@ def train_epoch(model, optimizer, batches, device, amp_dtype, scaler, passes: in
                 optimizer.step()
             optimizer.zero_grad()
         with torch.no_grad():
-            # Accumulated on the device: no host sync per step.
-            loss_sum.add_(loss.detach(), alpha=len(labels))
-            correct += (output.argmax(1) == labels).sum()
-        count += len(labels)
-        bar.update()
-    # Waits for the device once per epoch.
-    return loss_sum.item(), float(correct.item()), float(count), lr
+            return (loss.detach().double() * len(labels), (output.argmax(1) == labels).sum(),
+                    len(labels))
+
+    return train_batch
 
 
 @torch.no_grad()
-def evaluate(model, batches, device, amp_dtype) -> dict:
-    """Test loss and accuracy over all ranks; `batches` is this rank's slice
-    (a DataLoader or device_data.EvalBatches)."""
-    model.eval()
-    loss_sum = torch.zeros((), dtype=torch.float64, device=device)
-    correct = torch.zeros((), dtype=torch.int64, device=device)
-    count = 0
-    for images, labels in batches:
-        images, labels = images.to(device), labels.to(device)
-        autocast = (torch.autocast(device.type, dtype=amp_dtype) if amp_dtype
-                    else contextlib.nullcontext())
-        with autocast:
-            output = model(images)
-        loss_sum += F.cross_entropy(output.float(), labels, reduction="sum")
-        correct += (output.argmax(1) == labels).sum()
-        count += len(labels)
-    loss_sum, correct, count = sum_across_ranks([loss_sum.item(), float(correct.item()), count],
-                                                "eval")
-    return {"test_loss": loss_sum / count, "test_accuracy": correct / count}
+def eval_batch(model, images, labels, device, amp_dtype) -> train_loop.BatchSums:
+    images, labels = images.to(device), labels.to(device)
+    with autocast(device, amp_dtype):
+        output = model(images)
+    return (F.cross_entropy(output.float(), labels, reduction="sum"),
+            (output.argmax(1) == labels).sum(), len(labels))
+
+
+def autocast(device: torch.device, amp_dtype: torch.dtype | None):
+    return (torch.autocast(device.type, dtype=amp_dtype) if amp_dtype
+            else contextlib.nullcontext())
 
 
 def benchmark(args: argparse.Namespace) -> dict:

@@ -25,20 +25,29 @@ from pathlib import Path
 
 import horovod.torch as hvd
 import torch
-import torch.nn.functional as F
 
 from horovod_train import (
     checkpoint,
     console,
     device_data,
+    distributed,
     lr_schedule,
     metrics,
     mnist,
     sharding,
+    train_loop,
 )
-from horovod_train.errors import UserError
 from horovod_train.models import build_model
-from horovod_train.train_torch import average_buffers, distributed_optimizer, init, state_digest
+from horovod_train.train_torch import (
+    average_buffers,
+    batch_trainer,
+    distributed_optimizer,
+    eval_batch,
+    init,
+    set_lr,
+    state_digest,
+    sum_across_ranks,
+)
 
 
 class EventLog:
@@ -60,6 +69,7 @@ class EventLog:
 def run(args: argparse.Namespace) -> dict:
     started = time.perf_counter()
     rt, device = init(use_cuda=not args.no_cuda, threads=args.threads, seed=args.seed)
+    threads = rt.threads
     if rt.is_root:
         metrics.prepare_output_dirs(args.log_dir, args.checkpoint_dir)
     # Local only (see the module's docstring): a bad data directory ends this rank.
@@ -71,88 +81,74 @@ def run(args: argparse.Namespace) -> dict:
     events = EventLog(args.log_dir)
     n_train = len(train_data)
 
-    state = hvd.elastic.TorchState(model=model, optimizer=optimizer, epoch=0, samples_done=0)
+    state = hvd.elastic.TorchState(model=model, optimizer=optimizer, epoch=0, samples_done=0,
+                                   steps=0)
     # Runs after a lost rank's rollback to the last commit (or after hosts
     # were added at a commit): the position training goes on from.
     state.register_reset_callbacks([lambda: events.write(
         "reset", epoch=state.epoch, samples_done=state.samples_done)])
 
-    def lr_now() -> float:
+    def lr_now(_step: int) -> float:
         # The schedule counted in samples, so it does not depend on the
         # number of ranks; the peak scales with the ranks there are now.
         return lr_schedule.learning_rate(
             state.epoch * n_train + state.samples_done, n_train, args.epochs, args.lr,
             float(hvd.size()), args.warmup_epochs)
 
+    step = batch_trainer(model, optimizer, device, amp_dtype=None,
+                         scaler=torch.amp.GradScaler("cuda", enabled=False), passes=1)
+
+    def train_batch(images, labels) -> train_loop.BatchSums:
+        """The step, then the position in the epoch moves on; a commit every
+        --commit-every steps."""
+        sums = step(images, labels)
+        state.samples_done = min(n_train, state.samples_done + hvd.size() * args.batch_size)
+        state.steps += 1
+        if state.steps % args.commit_every == 0:
+            state.commit()
+            events.write("commit", epoch=state.epoch, samples_done=state.samples_done)
+        return sums
+
+    def epoch_batches(epoch: int):
+        """From the position the state holds (after a reset, the last
+        commit's) to the end of the epoch, each rank its share of every
+        batch of the ranks there are now."""
+        order = sharding.epoch_order(n_train, epoch, args.seed)
+        while state.samples_done < n_train:
+            indices = sharding.elastic_batch(order, state.samples_done, hvd.rank(), hvd.size(),
+                                             args.batch_size)
+            yield train_data.batch(torch.from_numpy(indices).to(device))
+
+    def end_epoch(epoch: int) -> None:
+        state.epoch, state.samples_done = epoch + 1, 0
+        state.commit()
+        events.write("commit", epoch=state.epoch, samples_done=0)
+
     @hvd.elastic.run
     def train(state) -> dict:
-        test_metrics = {"test_loss": math.nan, "test_accuracy": math.nan}
-        while state.epoch < args.epochs:
-            model.train()
-            order = sharding.epoch_order(n_train, state.epoch, args.seed)
-            steps = 0
-            while state.samples_done < n_train:
-                indices = sharding.elastic_batch(order, state.samples_done, hvd.rank(),
-                                                 hvd.size(), args.batch_size)
-                images, labels = train_data.batch(torch.from_numpy(indices).to(device))
-                for group in optimizer.param_groups:
-                    group["lr"] = lr_now()
-                optimizer.zero_grad()
-                loss = F.cross_entropy(model(images), labels)
-                loss.backward()
-                optimizer.step()
-                state.samples_done = min(n_train,
-                                         state.samples_done + hvd.size() * args.batch_size)
-                steps += 1
-                if steps % args.commit_every == 0:
-                    state.commit()
-                    events.write("commit", epoch=state.epoch, samples_done=state.samples_done)
-            average_buffers(model)
-            test_metrics = evaluate(model, test_data, args.test_batch_size, device)
-            if hvd.rank() == 0:
-                checkpoint.save(args.checkpoint_dir, model, optimizer, args.model,
-                                state.epoch + 1, extra={"metrics": test_metrics,
-                                                        "world_size": hvd.size()})
-                console.say(f"epoch {state.epoch + 1}/{args.epochs}: {hvd.size()} ranks, "
-                            f"test accuracy {test_metrics['test_accuracy']:.4f}")
-            state.epoch += 1
-            state.samples_done = 0
-            state.commit()
-            events.write("commit", epoch=state.epoch, samples_done=0)
-        return test_metrics
+        # Entered at the start and again after every reset, with the ranks
+        # there are then, from the epoch and position of the last commit.
+        rt = distributed.describe(hvd, str(device), threads)
+        steps = train_loop.Steps(
+            batches_per_epoch=math.ceil(n_train / (rt.size * args.batch_size)),
+            epoch_batches=epoch_batches,
+            train_batch=train_batch,
+            eval_batches=lambda: test_data.batches(
+                sharding.eval_indices(len(test_data), rt.rank, rt.size), args.test_batch_size),
+            eval_batch=lambda images, labels: eval_batch(model, images, labels, device, None),
+            set_lr=lambda lr: set_lr(optimizer, lr),
+            sum_across_ranks=sum_across_ranks,
+            average_buffers=lambda: average_buffers(model),
+            save_checkpoint=lambda epochs, extra: checkpoint.save(
+                args.checkpoint_dir, model, optimizer, args.model, epochs, extra=extra),
+            digest=lambda: state_digest(model),
+            allgather_object=hvd.allgather_object,
+            start_epoch=lambda _: model.train(),
+            start_eval=model.eval,
+            lr_at=lr_now,
+            end_epoch=end_epoch,
+        )
+        return train_loop.fit(args, rt, steps, n_train, len(test_data), state.epoch, "pytorch",
+                              args.model, float(hvd.size()), started)
 
-    training_started = time.perf_counter()  # options.TIMES_EPILOG
-    test_metrics = train(state)
-    train_seconds = time.perf_counter() - training_started
-    digests = hvd.allgather_object(state_digest(model), name="elastic.digests")
-    summary = {
-        "framework": "pytorch", "model": args.model, "elastic": True, "size": hvd.size(),
-        "epochs": args.epochs, **test_metrics,
-        "weights_identical": len(set(digests)) == 1, "weights_digest": digests[0],
-        "rank_digests": digests, "train_time_s": train_seconds,
-        "wall_time_s": time.perf_counter() - started,
-    }
-    if hvd.rank() == 0:
-        metrics.write_summary(args.log_dir, summary)
-        console.say(f"elastic run done: {hvd.size()} ranks at the end, test accuracy "
-                    f"{summary['test_accuracy']:.4f}")
-    if not summary["weights_identical"]:
-        raise UserError("ranks ended with different weights")
-    return summary
-
-
-@torch.no_grad()
-def evaluate(model, data: device_data.DeviceMnist, batch_size: int, device) -> dict:
-    """Test loss and accuracy over the ranks there are now, each a disjoint slice."""
-    model.eval()
-    sums = torch.zeros(3, dtype=torch.float64, device=device)
-    for images, labels in data.batches(sharding.eval_indices(len(data), hvd.rank(), hvd.size()),
-                                       batch_size):
-        output = model(images)
-        sums += torch.stack([F.cross_entropy(output, labels, reduction="sum").double(),
-                             (output.argmax(1) == labels).sum().double(),
-                             torch.tensor(float(len(labels)), dtype=torch.float64,
-                                          device=device)])
-    loss_sum, correct, count = hvd.allreduce(sums.cpu(), op=hvd.Sum,
-                                             name="elastic.eval").tolist()
-    return {"test_loss": loss_sum / count, "test_accuracy": correct / count}
+    return train(state)
