@@ -36,7 +36,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from horovod_train.atomic import atomic_write_bytes, atomic_write_json  # noqa: E402
-from horovod_train.hosts import is_local  # noqa: E402
+from horovod_train.errors import UserError  # noqa: E402
+from horovod_train.hosts import Host, host_list, is_local, read_hostfile  # noqa: E402
 
 EMULATE = REPO / "scripts" / "emulate_cluster.sh"
 TRAINER = REPO / "horovod_train" / "pytorch_mnist.py"
@@ -66,19 +67,6 @@ def layout_name(nodes: int, per_node: int) -> str:
 
 # --- hosts -------------------------------------------------------------------
 
-def read_hostfile(path: Path) -> list[tuple[str, int]]:
-    """`HOST slots=N` lines, as horovodrun -hostfile reads them."""
-    hosts = []
-    for line in path.read_text().splitlines():
-        line = line.split("#")[0].strip()
-        if not line:
-            continue
-        name, _, rest = line.partition(" ")
-        slots = re.search(r"slots\s*=\s*(\d+)", rest)
-        hosts.append((name, int(slots[1]) if slots else 1))
-    return hosts
-
-
 def layout_hosts(nodes: int, per_node: int, hosts: list[str] | None,
                  hostfile_dir: Path) -> list[str]:
     """The node names of a layout: the first N of --hosts, or those of
@@ -93,10 +81,11 @@ def layout_hosts(nodes: int, per_node: int, hosts: list[str] | None,
     listed = read_hostfile(path)
     if len(listed) < nodes:
         raise MatrixError(f"{path} lists {len(listed)} hosts, the layout needs {nodes}")
-    for name, slots in listed[:nodes]:
-        if slots < per_node:
-            raise MatrixError(f"{path}: {name} has {slots} slots, the layout needs {per_node}")
-    return [name for name, _ in listed[:nodes]]
+    for host in listed[:nodes]:
+        if host.slots < per_node:
+            raise MatrixError(f"{path}: {host.name} has {host.slots} slots, "
+                              f"the layout needs {per_node}")
+    return [host.name for host in listed[:nodes]]
 
 
 # --- commands ----------------------------------------------------------------
@@ -119,7 +108,8 @@ def workload_args(args, run_dir: Path) -> list[str]:
 def horovod_command(args, hosts: list[str], per_node: int, run_dir: Path) -> list[list[str]]:
     command = [str(Path(sys.executable).parent / "horovodrun"),
                "-np", str(len(hosts) * per_node),
-               "-H", ",".join(f"{h}:{per_node}" for h in hosts), "-p", str(args.ssh_port)]
+               "-H", host_list([Host(name, per_node) for name in hosts]),
+               "-p", str(args.ssh_port)]
     if args.controller:
         command.append(f"--{args.controller}")
     # Horovod's tensor fusion: gradients are batched into buffers of up to
@@ -207,14 +197,15 @@ def error_line(log_path: Path) -> str:
 
 
 def check_reachable(args, hosts: list[str]) -> None:
-    for host in hosts:
-        if is_local(host):
-            continue
-        result = subprocess.run(on_cluster(args, ssh(args, host) + ["true"]),
-                                capture_output=True, text=True, timeout=60)
-        if result.returncode != 0:
-            detail = result.stderr.strip().splitlines()[-1:] or [f"exit {result.returncode}"]
-            raise MatrixError(f"host {host} unreachable over ssh: {detail[0]}")
+    """hosts.check_reachable, the launcher's check, run where horovodrun and
+    torchrun will run: on emulated host a with --emulate, whose names
+    resolve only there."""
+    command = [sys.executable, "-m", "horovod_train.hosts", "-p", str(args.ssh_port), *hosts]
+    result = subprocess.run(on_cluster(args, command), cwd=REPO, capture_output=True, text=True,
+                            timeout=120)
+    if result.returncode != 0:
+        lines = result.stderr.strip().splitlines() or [f"exit {result.returncode}"]
+        raise MatrixError(lines[-1].removeprefix("hosts: error: "))
 
 
 def run_once(args, launcher: str, nodes: int, per_node: int, repeat: int, out_dir: Path,
@@ -229,7 +220,7 @@ def run_once(args, launcher: str, nodes: int, per_node: int, repeat: int, out_di
     try:
         hosts = layout_hosts(nodes, per_node, args.hosts, args.hostfile_dir)
         check_reachable(args, hosts)
-    except (MatrixError, subprocess.TimeoutExpired) as err:
+    except (MatrixError, UserError, subprocess.TimeoutExpired) as err:
         run["reason"] = str(err)
         return run
     if launcher == "horovod":
@@ -525,7 +516,7 @@ def run_matrix(args) -> dict:
                 if run["status"] == "ok":
                     results["settings"]["parameters"] = run["parameters"]
                     results["settings"]["gradient_bytes"] = run["gradient_bytes"]
-                elif run["reason"] and run["reason"].startswith(("no hostfile", "needs ")):
+                elif (run["reason"] or "").startswith(("no hostfile", "hostfile ", "needs ")):
                     break  # the other repeats would fail the same way
             results["rows"] = summarize(results["runs"], layouts, args.launchers)
             write_outputs(args.out_dir, results, args.launchers)  # after each layout

@@ -4,39 +4,18 @@ a hosts file, one `HOST:SLOTS` line each, the form horovodrun's
 removing a host from the file takes it out of the job at the next commit,
 adding one brings its ranks in.
 
-The file is the hostfile format (`HOST slots=N`, see hostfiles/), with blank
-lines and `#` comments allowed, since people edit it by hand. A file that
-cannot be read or has a bad line is an error (exit 2) rather than an empty
-host list, which horovodrun would read as every host gone."""
+The file is a hostfile (hosts.read_hostfile, see hostfiles/README.md):
+`HOST slots=N` lines, a bare HOST for one slot, blank lines and `#`
+comments. A file that cannot be read or has a bad line is an error (exit 2)
+rather than an empty host list, which horovodrun would read as every host
+gone; a file that lists no host on purpose (all drained) prints nothing."""
 
 import argparse
-import re
 import sys
 from pathlib import Path
 
-LINE = re.compile(r"^([\w.-]+)\s+slots=(\d+)$")
-
-
-class DiscoveryError(Exception):
-    pass
-
-
-def read_hosts(path: Path) -> list[tuple[str, int]]:
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as err:
-        raise DiscoveryError(f"{path}: {getattr(err, 'strerror', None) or err}") from None
-    hosts = []
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.split("#", 1)[0].strip()
-        if not line:
-            continue
-        match = LINE.match(line)
-        if not match or int(match[2]) < 1:
-            raise DiscoveryError(f"{path} line {number}: want 'HOST slots=N' with N >= 1, "
-                                 f"got {raw.strip()!r}")
-        hosts.append((match[1], int(match[2])))
-    return hosts
+from horovod_train import hosts
+from horovod_train.errors import run_main
 
 
 def main(argv: list[str]) -> int:
@@ -44,15 +23,10 @@ def main(argv: list[str]) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("hosts_file", type=Path)
     args = parser.parse_args(argv)
-    try:
-        hosts = read_hosts(args.hosts_file)
-    except DiscoveryError as err:
-        print(f"discover_hosts: error: {err}", file=sys.stderr)
-        return 2
-    for name, slots in hosts:
-        print(f"{name}:{slots}")
+    for host in hosts.read_hostfile(args.hosts_file, allow_empty=True):
+        print(host)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    run_main(lambda: main(sys.argv[1:]), prog="discover_hosts")

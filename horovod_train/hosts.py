@@ -1,29 +1,54 @@
-"""The hosts of a launch: the -H list or hostfile read as horovodrun reads
-them, and whether each remote host can be reached the way horovodrun will
-reach it (name lookup, its SSH port, an ssh login in BatchMode), all hosts
-checked side by side within a bounded time.
+"""The hosts of a launch, one model for every tool of the project: a `Host`
+(name, slots), read from a -H list (`a:2,b:2`) or from a hostfile in
+OpenMPI's conventions, and whether each remote host can be reached the way
+horovodrun will reach it (name lookup, its SSH port, an ssh login in
+BatchMode), all hosts checked side by side within a bounded time.
 
-Every problem is a UserError of one line that names the host and what is
-wrong with it."""
+Hostfiles, as OpenMPI's mpirun reads them and people write them:
 
+    # comments, whole-line or after a host; blank lines
+    a                   # a host alone: 1 slot
+    b slots=2
+    c slots=2 max_slots=4
+
+`max_slots=M` is accepted as OpenMPI reads it: alone it is the host's slots;
+beside `slots=N`, N ranks start there (horovodrun never starts more ranks
+than slots) and M below N is refused. horovodrun's own hostfile reader takes
+none of this but `HOST slots=N` lines, so launchers hand it the -H list of
+the hosts read here (`host_list`), never the file.
+
+Every problem is a UserError of one line that names the host, or the
+hostfile and line, and what is wrong."""
+
+import argparse
 import re
 import socket
 import subprocess
+import sys
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
+from horovod_train.errors import UserError, run_main
 
-from horovod_train.errors import UserError
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+    slots: int
+
+    def __str__(self) -> str:
+        return f"{self.name}:{self.slots}"
+
 
 # horovodrun accepts NAME:SLOTS with NAME of [\w.-]; the sign is matched here
 # only to name negative slots as such instead of as a malformed item.
 HOST_ITEM = re.compile(r"^([\w.-]+):(-?\d+)$")
-# horovodrun reads a hostfile line as `NAME slots=N` and nothing else: no
-# comments, no blank lines.
-HOSTFILE_LINE = re.compile(r"^\s*([\w.-]+)\s+slots=(-?\d+)$")
+HOST_NAME = re.compile(r"^[\w.-]+$")
+HOSTFILE_SETTING = re.compile(r"^(slots|max_slots)=(-?\d+)$")
+HOSTFILE_SYNTAX = "want HOST, HOST slots=N or HOST slots=N max_slots=M, # starting a comment"
 
 CONNECT_TIMEOUT_S = 5  # TCP connect to a host's SSH port, and its greeting
 SSH_TIMEOUT_S = 15  # the whole ssh login, ConnectTimeout included
@@ -37,52 +62,90 @@ def is_local(host: str) -> bool:
     return host in ("localhost", "127.0.0.1", socket.gethostname())
 
 
-def parse_host_list(text: str) -> list[tuple[str, int]]:
-    """`-H a:2,b:2` -> [('a', 2), ('b', 2)]."""
+def host_list(hosts: Iterable[Host]) -> str:
+    """[Host('a', 2), Host('b', 2)] -> 'a:2,b:2', horovodrun's -H."""
+    return ",".join(str(host) for host in hosts)
+
+
+def total_slots(hosts: Iterable[Host]) -> int:
+    return sum(host.slots for host in hosts)
+
+
+def parse_host_list(text: str, option: str = "-H") -> list[Host]:
+    """`a:2,b:2` -> [Host('a', 2), Host('b', 2)]; errors name `option`."""
+    origin = f"{option} {text}"
     hosts = []
     for item in text.split(","):
         match = HOST_ITEM.match(item.strip())
         if not match:
-            raise UserError(f"-H {text}: {item.strip()!r} is not HOST:SLOTS "
+            raise UserError(f"{origin}: {item.strip()!r} is not HOST:SLOTS "
                             "(want a list such as a:2,b:2)")
-        hosts.append((match[1], int(match[2])))
-    check_hosts_listed(hosts, f"-H {text}")
+        hosts.append(Host(match[1], int(match[2])))
+    for host in hosts:
+        if host.slots < 1:
+            raise UserError(f"{origin}: host {host.name} has {host.slots} slots; "
+                            "each host needs at least 1")
+    names = [host.name for host in hosts]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise UserError(f"{origin}: names host {', '.join(twice)} more than once")
     return hosts
 
 
-def read_hostfile(path: str | Path) -> list[tuple[str, int]]:
-    """`HOST slots=N` lines -> [(HOST, N), ...]."""
+def parse_hostfile_line(line: str, where: str) -> Host | None:
+    """One hostfile line -> its Host, or None for a blank or comment line."""
+    text = line.split("#", 1)[0]
+    text = re.sub(r"\s*=\s*", "=", text).strip()  # OpenMPI reads `slots = 2` too
+    if not text:
+        return None
+    name, *words = text.split()
+    malformed = not HOST_NAME.match(name)
+    settings = {}
+    for word in words:
+        match = HOSTFILE_SETTING.match(word)
+        if not match or match[1] in settings:
+            malformed = True
+            break
+        settings[match[1]] = int(match[2])
+    if malformed:
+        raise UserError(f"{where}: cannot read {line.strip()!r}: {HOSTFILE_SYNTAX}")
+    slots = settings.get("slots", settings.get("max_slots", 1))
+    if slots < 1:
+        raise UserError(f"{where}: host {name} has {slots} slots; each host needs at least 1")
+    if settings.get("max_slots", slots) < slots:
+        raise UserError(f"{where}: host {name} has max_slots={settings['max_slots']}, "
+                        f"less than its slots={slots}")
+    return Host(name, slots)
+
+
+def read_hostfile(path: str | Path, allow_empty: bool = False) -> list[Host]:
+    """A hostfile's hosts, in its order. A file that lists no host is an
+    error unless `allow_empty`."""
     try:
         lines = Path(path).read_text().splitlines()
     except (OSError, UnicodeDecodeError) as err:
         raise UserError(f"hostfile {path}: {getattr(err, 'strerror', None) or err}") from None
-    hosts = []
+    hosts: list[Host] = []
+    first_line: dict[str, int] = {}
     for number, line in enumerate(lines, start=1):
-        match = HOSTFILE_LINE.match(line.rstrip())
-        if not match:
-            raise UserError(f"hostfile {path} line {number}: want 'HOST slots=N', got {line!r} "
-                            "(horovodrun reads no blank lines or comments)")
-        hosts.append((match[1], int(match[2])))
-    if not hosts:
+        where = f"hostfile {path}:{number}"
+        host = parse_hostfile_line(line, where)
+        if host is None:
+            continue
+        if host.name in first_line:
+            raise UserError(f"{where}: host {host.name} is listed again "
+                            f"(first on line {first_line[host.name]})")
+        first_line[host.name] = number
+        hosts.append(host)
+    if not hosts and not allow_empty:
         raise UserError(f"hostfile {path} lists no hosts")
-    check_hosts_listed(hosts, f"hostfile {path}")
     return hosts
 
 
-def check_hosts_listed(hosts: list[tuple[str, int]], origin: str) -> None:
-    for name, slots in hosts:
-        if slots < 1:
-            raise UserError(f"{origin}: host {name} has {slots} slots; each host needs at least 1")
-    names = [name for name, _ in hosts]
-    twice = sorted({name for name in names if names.count(name) > 1})
-    if twice:
-        raise UserError(f"{origin}: names host {', '.join(twice)} more than once")
-
-
-def check_process_count(num_proc: int, hosts: list[tuple[str, int]], origin: str) -> None:
+def check_process_count(num_proc: int, hosts: list[Host], origin: str) -> None:
     if num_proc < 1:
         raise UserError(f"-np {num_proc}: the number of processes must be at least 1")
-    slots = sum(n for _, n in hosts)
+    slots = total_slots(hosts)
     if num_proc > slots:
         raise UserError(f"-np {num_proc} is more than the {slots} slots of {origin}: "
                         "lower -np or give the hosts more slots")
@@ -112,6 +175,10 @@ def ssh_target(host: str, port: int | None) -> SshTarget:
 
 
 def local_addresses() -> set[str]:
+    # Imported here: the Slurm glue and launch_cluster import this module
+    # under a bare python3, which may lack psutil and never gets here.
+    import psutil
+
     return {a.address for addrs in psutil.net_if_addrs().values() for a in addrs}
 
 
@@ -213,3 +280,22 @@ def check_reachable(hosts: list[str], port: int | None, identity: str | None,
         others = len(problems) - 1
         more = f" (and {others} more host{'s' * (others > 1)} with problems)" if others else ""
         raise UserError(problems[0] + more)
+
+
+def main(argv: list[str]) -> int:
+    """check_reachable as a command, for checks that must run where the
+    launch runs: the matrix runs it on emulated host a, the only place whose
+    names a and b resolve."""
+    parser = argparse.ArgumentParser(
+        prog="hosts", description="Check that horovodrun can start ranks on each HOST "
+        "from here: one line naming the first host it cannot use, and exit 2.")
+    parser.add_argument("-p", "--ssh-port", type=int, default=None)
+    parser.add_argument("-i", "--ssh-identity-file", default=None)
+    parser.add_argument("hosts", nargs="+", metavar="HOST")
+    args = parser.parse_args(argv)
+    check_reachable(args.hosts, args.ssh_port, args.ssh_identity_file)
+    return 0
+
+
+if __name__ == "__main__":
+    run_main(lambda: main(sys.argv[1:]), prog="hosts")

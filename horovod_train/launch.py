@@ -5,8 +5,9 @@
 Takes exactly horovodrun's arguments (horovodrun --help lists them) and
 checks, before anything starts:
 
-  - the -H list or -hostfile lines (HOST:SLOTS, `HOST slots=N`), slots >= 1,
-    no host named twice;
+  - the -H list (HOST:SLOTS,...) or the -hostfile, in OpenMPI's conventions
+    (`HOST`, `HOST slots=N`, `max_slots=M`, # comments, blank lines; see
+    hostfiles/README.md), slots >= 1, no host named twice;
   - -np at least 1 and no more than the slots;
   - every remote host: its name resolves, its SSH port (-p, else its
     ssh_config) answers with SSH, and ssh logs in there in BatchMode, as
@@ -14,8 +15,11 @@ checks, before anything starts:
     machine's names need no check.
 
 A problem is one line, `launch: error: ...`, and exit 2, before any process
-starts. Otherwise horovodrun replaces this process with the same arguments.
-Elastic runs (--host-discovery-script) are passed on unchecked.
+starts. Otherwise horovodrun replaces this process with the same arguments,
+but for -hostfile FILE, which becomes -H with the hosts FILE lists:
+horovodrun's own hostfile reader fails on comments, blank lines and a host
+without slots=. Elastic runs (--host-discovery-script) are passed on
+unchecked.
 """
 
 import argparse
@@ -56,24 +60,51 @@ def parse_horovodrun_args(argv: list[str]) -> argparse.Namespace:
         sys.argv, argparse.ArgumentParser.error = saved_argv, saved_error
 
 
-def planned_hosts(args: argparse.Namespace) -> tuple[list[tuple[str, int]], str]:
+def planned_hosts(args: argparse.Namespace) -> tuple[list[hosts.Host], str]:
     """The hosts and slots horovodrun will use, and where they were given."""
     if args.hosts:
         return hosts.parse_host_list(args.hosts), f"-H {args.hosts}"
     if args.hostfile:
         return hosts.read_hostfile(args.hostfile), f"hostfile {args.hostfile}"
-    return [("localhost", max(args.num_proc, 1))], "this machine"
+    return [hosts.Host("localhost", max(args.num_proc, 1))], "this machine"
 
 
-def check(args: argparse.Namespace) -> None:
+def check(args: argparse.Namespace) -> list[hosts.Host] | None:
+    """The hosts of the launch, checked; None for an elastic run."""
     if not args.command:
         raise UserError("no command to run: give it after horovodrun's options, "
                         "e.g. python horovod_train/pytorch_mnist.py")
     if args.host_discovery_script:
-        return  # elastic: hosts come and go while the job runs
+        return None  # elastic: hosts come and go while the job runs
     listed, origin = planned_hosts(args)
     hosts.check_process_count(args.num_proc, listed, origin)
-    hosts.check_reachable([name for name, _ in listed], args.ssh_port, args.ssh_identity_file)
+    hosts.check_reachable([host.name for host in listed], args.ssh_port,
+                          args.ssh_identity_file)
+    return listed
+
+
+# How horovodrun's parser can be given the hostfile: its two names, and the
+# abbreviations argparse accepts (--hostf and longer; --host is ambiguous).
+def is_hostfile_option(word: str) -> bool:
+    return word == "-hostfile" or (word.startswith("--hostf") and "--hostfile".startswith(word))
+
+
+def with_host_list(argv: list[str], command: list[str], listed: list[hosts.Host]) -> list[str]:
+    """argv with `-hostfile FILE` (or `--hostfile=FILE`) replaced by `-H` and
+    the hosts FILE lists. Only horovodrun's options are looked at, never the
+    command after them."""
+    options, rest = argv[:len(argv) - len(command)], argv[len(argv) - len(command):]
+    rewritten = []
+    words = iter(options)
+    for word in words:
+        name, equals, _ = word.partition("=")
+        if is_hostfile_option(name):
+            if not equals:
+                next(words, None)  # the file, a word of its own
+            rewritten += ["-H", hosts.host_list(listed)]
+        else:
+            rewritten.append(word)
+    return rewritten + rest
 
 
 def horovodrun_path() -> str:
@@ -91,7 +122,9 @@ def main(argv: list[str]) -> int:
         print(__doc__.strip())
         return 0
     args = parse_horovodrun_args(argv)
-    check(args)
+    listed = check(args)
+    if args.hostfile:
+        argv = with_host_list(argv, args.command, listed)
     horovodrun = horovodrun_path()
     sys.stdout.flush()
     os.execv(horovodrun, [horovodrun, *argv])

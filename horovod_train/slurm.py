@@ -48,7 +48,6 @@ import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -60,6 +59,7 @@ if __package__ in (None, ""):
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 from horovod_train.errors import UserError, run_main  # noqa: E402
+from horovod_train.hosts import Host, SshTarget, host_list, probe_ssh_port, total_slots  # noqa: E402
 
 RUNTIMES = ("venv", "apptainer", "pyxis")
 DEFAULT_TRAINER = "horovod_train/pytorch_mnist.py"
@@ -113,20 +113,20 @@ def node_hostnames(nodelist: str) -> list[str]:
 @dataclass(frozen=True)
 class Allocation:
     job_id: str
-    hosts: tuple[tuple[str, int], ...]  # (node, Horovod ranks on it), in Slurm's order
+    hosts: tuple[Host, ...]  # each node with its tasks as slots, in Slurm's order
     restarts: int  # times Slurm requeued and restarted this job
 
     @property
     def num_proc(self) -> int:
-        return sum(slots for _, slots in self.hosts)
+        return total_slots(self.hosts)
 
     @property
     def host_list(self) -> str:
-        return ",".join(f"{name}:{slots}" for name, slots in self.hosts)
+        return host_list(self.hosts)
 
     @property
     def nodes(self) -> list[str]:
-        return [name for name, _ in self.hosts]
+        return [host.name for host in self.hosts]
 
 
 def allocation_from_env(env: dict, hostnames=node_hostnames) -> Allocation:
@@ -151,8 +151,8 @@ def allocation_from_env(env: dict, hostnames=node_hostnames) -> Allocation:
         raise UserError(f"{origin} counts {len(tasks)} nodes, but "
                         f"SLURM_JOB_NODELIST={nodelist} has {len(names)}")
     restarts = env.get("SLURM_RESTART_COUNT", "0")
-    return Allocation(job_id, tuple(zip(names, tasks, strict=True)),
-                      int(restarts) if restarts.isdigit() else 0)
+    nodes = tuple(Host(name, count) for name, count in zip(names, tasks, strict=True))
+    return Allocation(job_id, nodes, int(restarts) if restarts.isdigit() else 0)
 
 
 # --- the settings ---------------------------------------------------------------
@@ -302,13 +302,8 @@ def make_plan(allocation: Allocation, settings: Settings, trainer_args: list[str
 # --- running --------------------------------------------------------------------
 
 def ssh_answers(host: str, port: int) -> bool:
-    """True when host:port greets like an SSH server."""
-    try:
-        with socket.create_connection((host, port), timeout=5) as conn:
-            conn.settimeout(5)
-            return conn.recv(4).startswith(b"SSH-")
-    except OSError:
-        return False
+    """True when host:port greets like an SSH server (the launcher's probe)."""
+    return probe_ssh_port(host, SshTarget(host, port, proxied=False)) is None
 
 
 def wait_for_sshd(hosts: tuple[str, ...], port: int, step: subprocess.Popen,

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # horovodrun with its input checked first: host list or hostfile, slots, -np,
 # and every remote host's name, SSH port and ssh login, each problem one line
-# and exit 2 before anything starts. Same arguments as horovodrun; see
-# --help. Logic in horovod_train/launch.py and hosts.py.
+# and exit 2 before anything starts. Same arguments as horovodrun (a
+# -hostfile, in OpenMPI's format, reaches it as -H); see --help. Logic in
+# horovod_train/launch.py and hosts.py.
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 # The project's environment when there is one (a checkout after setup.sh),

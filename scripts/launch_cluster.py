@@ -17,6 +17,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+if __package__ in (None, ""):
+    # Run as a file: import the package from the checkout (under a bare
+    # python3 too: hosts and errors need the standard library only).
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+
+from horovod_train.errors import UserError  # noqa: E402
+from horovod_train.hosts import Host, check_reachable, host_list, parse_host_list, total_slots  # noqa: E402
+
 CONTAINER = "horovod-train"
 
 
@@ -24,26 +32,13 @@ class LaunchError(Exception):
     pass
 
 
-def parse_hosts(text: str) -> list[tuple[str, int]]:
-    """'node1:4,node2:4' -> [('node1', 4), ('node2', 4)]."""
-    hosts = []
-    for item in text.split(","):
-        name, _, slots = item.strip().partition(":")
-        if not name or not slots.isdigit() or int(slots) < 1:
-            raise LaunchError(f"--hosts wants NAME:SLOTS,... with SLOTS >= 1, got {item!r}")
-        hosts.append((name, int(slots)))
-    if len({name for name, _ in hosts}) != len(hosts):
-        raise LaunchError(f"--hosts names a host twice: {text}")
-    return hosts
-
-
-def start_command(args, hosts) -> list[str]:
+def start_command(args, hosts: list[Host]) -> list[str]:
     command = [args.engine, "run", "-d", "--rm", "--name", CONTAINER, "--network", "host",
                "--shm-size", args.shm_size,
                "-v", f"{args.keys}:/etc/horovod/keys:ro",
                # The image is the environment, the checkout the code.
                "-v", f"{args.workspace}:/workspace",
-               "-e", f"CLUSTER_HOSTS={' '.join(name for name, _ in hosts)}",
+               "-e", f"CLUSTER_HOSTS={' '.join(host.name for host in hosts)}",
                "-e", f"SSH_PORT={args.port}"]
     if args.gpus != "none":
         command += ["--gpus", args.gpus]
@@ -52,11 +47,9 @@ def start_command(args, hosts) -> list[str]:
     return command + [args.image]
 
 
-def train_command(args, hosts) -> list[str]:
-    total = sum(slots for _, slots in hosts)
-    host_list = ",".join(f"{name}:{slots}" for name, slots in hosts)
-    return [args.engine, "exec", CONTAINER, "horovodrun", "-np", str(total), "-H", host_list,
-            "-p", str(args.port), *args.command]
+def train_command(args, hosts: list[Host]) -> list[str]:
+    return [args.engine, "exec", CONTAINER, "horovodrun", "-np", str(total_slots(hosts)),
+            "-H", host_list(hosts), "-p", str(args.port), *args.command]
 
 
 def on(host: str, command: list[str]) -> list[str]:
@@ -85,14 +78,18 @@ def main(argv: list[str]) -> int:
     args.command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not args.command:
         raise LaunchError("give the trainer command after --")
-    hosts = parse_hosts(args.hosts)
+    hosts = parse_host_list(args.hosts, option="--hosts")
 
-    steps = [on(name, start_command(args, hosts)) for name, _ in hosts]
-    steps.append(on(hosts[0][0], train_command(args, hosts)))
-    stops = [] if args.keep else [on(name, [args.engine, "stop", CONTAINER]) for name, _ in hosts]
+    steps = [on(host.name, start_command(args, hosts)) for host in hosts]
+    steps.append(on(hosts[0].name, train_command(args, hosts)))
+    stops = [] if args.keep else [on(host.name, [args.engine, "stop", CONTAINER])
+                                  for host in hosts]
     if args.dry_run:
         print("\n".join(shlex.join(step) for step in steps + stops))
         return 0
+    # Every host answers your ssh (its own sshd and ssh_config, not the
+    # containers') before any container starts.
+    check_reachable([host.name for host in hosts], port=None, identity=None)
     try:
         for step in steps[:-1]:
             subprocess.run(step, check=True, stdout=subprocess.DEVNULL)
@@ -107,6 +104,6 @@ def main(argv: list[str]) -> int:
 if __name__ == "__main__":
     try:
         sys.exit(main(sys.argv[1:]))
-    except LaunchError as err:
+    except (LaunchError, UserError) as err:
         print(f"launch_cluster: error: {err}", file=sys.stderr)
         sys.exit(2)

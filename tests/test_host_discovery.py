@@ -18,10 +18,10 @@ def discover(hosts_file) -> subprocess.CompletedProcess:
 
 def test_hosts_are_printed_as_host_colon_slots_comments_and_blank_lines_skipped(tmp_path):
     hosts = tmp_path / "hosts"
-    hosts.write_text("# the cluster\na slots=2\n\nnode-2.example slots=4  # new\n")
+    hosts.write_text("# the cluster\na slots=2\n\nnode-2.example slots=4  # new\nc\n")
     result = discover(hosts)
     assert result.returncode == 0, result.stderr
-    assert result.stdout == "a:2\nnode-2.example:4\n"
+    assert result.stdout == "a:2\nnode-2.example:4\nc:1\n"
 
 
 def test_an_emptied_file_means_no_hosts(tmp_path):
@@ -40,8 +40,9 @@ def test_the_default_file_is_the_two_emulated_hosts():
 
 def test_a_bad_line_or_a_missing_file_is_one_line_and_exit_2(tmp_path):
     hosts = tmp_path / "hosts"
-    for text, message in (("a slots=2\nb:2\n", "line 2: want 'HOST slots=N'"),
-                          ("a slots=0\n", "with N >= 1")):
+    for text, message in (("a slots=2\nb:2\n", f"{hosts}:2: cannot read 'b:2': want HOST"),
+                          ("a slots=0\n", f"{hosts}:1: host a has 0 slots"),
+                          ("a\na\n", f"{hosts}:2: host a is listed again")):
         hosts.write_text(text)
         result = discover(hosts)
         assert result.returncode == 2

@@ -56,11 +56,19 @@ def test_cpu_hosts_and_keep_leave_out_gpus_and_stops():
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--hosts", "n1:0", "--keys", "/k", "--", "x"], "SLOTS >= 1"),
-    (["--hosts", "n1:2,n1:2", "--keys", "/k", "--", "x"], "names a host twice"),
+    (["--hosts", "n1:0", "--keys", "/k", "--", "x"],
+     "--hosts n1:0: host n1 has 0 slots; each host needs at least 1"),
+    (["--hosts", "n1:2,n1:2", "--keys", "/k", "--", "x"],
+     "--hosts n1:2,n1:2: names host n1 more than once"),
+    (["--hosts", "n1 2", "--keys", "/k", "--", "x"], "'n1 2' is not HOST:SLOTS"),
     (["--hosts", "n1:2", "--keys", "/k"], "give the trainer command after --"),
+    # Not a dry run: every host is checked before any container starts.
+    (["--hosts", "no-such-host.invalid:2", "--keys", "/k", "--", "x"],
+     "host no-such-host.invalid does not resolve"),
 ])
 def test_bad_input_is_one_line(args, message):
     result = dry_run(*args)
     assert result.returncode == 2
-    assert message in result.stderr and "Traceback" not in result.stderr
+    assert result.stderr.startswith("launch_cluster: error: ")
+    assert message in result.stderr and len(result.stderr.splitlines()) == 1
+    assert result.stdout == ""

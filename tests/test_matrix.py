@@ -10,6 +10,8 @@ import subprocess
 import pytest
 from conftest import BIN, REPO
 
+from horovod_train.errors import UserError
+
 RUN_MATRIX = REPO / "benchmarks" / "run_matrix.sh"
 spec = importlib.util.spec_from_file_location("matrix", REPO / "benchmarks" / "matrix.py")
 matrix = importlib.util.module_from_spec(spec)
@@ -67,12 +69,17 @@ def test_failed_and_oversubscribed_layouts_are_marked():
 
 def test_a_layout_needs_its_slots(tmp_path):
     (tmp_path / "2x4").write_text("a slots=4\nb slots=2\n")
-    (tmp_path / "2x2").write_text("# two nodes\na slots=4\nb slots=2\nc slots=2\n")
+    (tmp_path / "2x2").write_text("# two nodes\na slots=4\n\nb slots=2  # b\nc slots=2\n")
+    (tmp_path / "2x1").write_text("a\nb\n")  # hosts alone: one slot each
+    (tmp_path / "1x1").write_text("a slots=1\nb slot=1\n")
     with pytest.raises(matrix.MatrixError, match="b has 2 slots, the layout needs 4"):
         matrix.layout_hosts(2, 4, None, tmp_path)
     with pytest.raises(matrix.MatrixError, match="no hostfile"):
         matrix.layout_hosts(1, 2, None, tmp_path)
+    with pytest.raises(UserError, match=f"hostfile {tmp_path}/1x1:2: cannot read 'b slot=1'"):
+        matrix.layout_hosts(1, 1, None, tmp_path)
     assert matrix.layout_hosts(2, 2, None, tmp_path) == ["a", "b"]
+    assert matrix.layout_hosts(2, 1, None, tmp_path) == ["a", "b"]
     assert matrix.layout_hosts(2, 4, ["x", "y", "z"], tmp_path) == ["x", "y"]
 
 
@@ -93,20 +100,28 @@ def test_bad_options_exit_2_with_one_error_line(argv, message):
 
 @pytest.mark.slow
 def test_unrunnable_layouts_get_a_row_with_the_reason_and_the_rest_run(mnist_dir, tmp_path):
+    hostfiles = tmp_path / "hostfiles"
+    hostfiles.mkdir()
+    (hostfiles / "1x1").write_text("# this machine\n\nlocalhost   # one slot\n")
     # 127.0.0.2 on port 1: loopback, and nothing listens there.
-    result = run_matrix("--hosts", "localhost,127.0.0.2", "--ssh-port", "1",
+    (hostfiles / "2x1").write_text("localhost slots=1\n127.0.0.2 slots=1\n")
+    (hostfiles / "2x2").write_text("localhost slots=2\n127.0.0.2 slot=2\n")
+    out = tmp_path / "out"
+    result = run_matrix("--hostfile-dir", str(hostfiles), "--ssh-port", "1",
                         "--layouts", "1x1,2x1,2x2", "--launchers", "horovod", "--repeats", "1",
                         "--steps", "2", "--warmup-steps", "1", "--batch-size", "16",
-                        "--data-dir", str(mnist_dir), "--out-dir", str(tmp_path))
+                        "--data-dir", str(mnist_dir), "--out-dir", str(out))
     assert result.returncode == 0, result.stderr[-3000:]
-    rows = {r["layout"]: r for r in json.loads((tmp_path / "results.json").read_text())["rows"]}
+    rows = {r["layout"]: r for r in json.loads((out / "results.json").read_text())["rows"]}
     assert rows["1x1"]["status"] == "ok"
     assert rows["2x1"]["status"] == "failed"
-    assert "host 127.0.0.2 unreachable over ssh" in rows["2x1"]["reason"]
-    assert "refused" in rows["2x1"]["reason"]
+    assert rows["2x1"]["reason"] == ("cannot reach host 127.0.0.2 on SSH port 1: connection "
+                                     "refused (no sshd listens there: is the host's sshd up, "
+                                     "and is -p its port?)")
     assert rows["2x2"]["status"] == "failed"
-    table = (tmp_path / "scaling.md").read_text()
-    assert "failed: host 127.0.0.2 unreachable" in table
+    assert rows["2x2"]["reason"].startswith(f"hostfile {hostfiles}/2x2:2: cannot read")
+    table = (out / "scaling.md").read_text()
+    assert "failed: cannot reach host 127.0.0.2" in table
 
 
 @pytest.mark.slow

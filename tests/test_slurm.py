@@ -19,6 +19,7 @@ from conftest import BIN, REPO
 
 from horovod_train import slurm
 from horovod_train.errors import UserError
+from horovod_train.hosts import Host
 
 SBATCH_SCRIPT = REPO / "scripts" / "slurm" / "horovod.sbatch"
 SUBMIT = REPO / "scripts" / "slurm" / "submit.py"
@@ -53,6 +54,7 @@ def test_unreadable_tasks_per_node_is_one_error(text):
 
 def test_two_nodes_of_two_tasks_become_a2_b2():
     job = allocation()
+    assert job.hosts == (Host("a", 2), Host("b", 2))  # the launcher's host model
     assert job.host_list == "a:2,b:2" and job.num_proc == 4 and job.nodes == ["a", "b"]
 
 
