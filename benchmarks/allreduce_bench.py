@@ -50,6 +50,7 @@ import numpy as np
 sys.path[0] = str(Path(__file__).resolve().parent.parent)  # the checkout's package
 
 from horovod_train.atomic import atomic_write_bytes  # noqa: E402
+from horovod_train.errors import RunFailed, UserError, print_error, run_main  # noqa: E402
 from horovod_train.options import non_negative_int, positive_float, positive_int  # noqa: E402
 
 PROG = "allreduce_bench"
@@ -58,11 +59,6 @@ RUN_ORDER = ("mpi", "torch", "horovod")  # Horovod last: see benchmark()
 DEFAULT_SIZES = [4096 * 4**k for k in range(8)]  # 4 KiB, 16 KiB, ... 64 MiB
 UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
 FLOAT32 = 4
-
-
-class BenchError(Exception):
-    """A failure that every rank raises together (see Ranks.agree), so all of them
-    stop with the same message and none is left waiting in a collective."""
 
 
 # --- options ------------------------------------------------------------------
@@ -141,16 +137,18 @@ class Ranks:
     def abort(self) -> None: ...
 
     def agree(self, error: str | None) -> None:
-        """Raise BenchError on every rank if any rank has an error."""
+        """Raise RunFailed on every rank if any rank has an error, so that all
+        of them stop with the same message and none is left waiting in a
+        collective."""
         errors = [e for e in self.allgather(error) if e]
         if errors:
-            raise BenchError(errors[0])
+            raise RunFailed(errors[0])
 
     def on_all(self, step):
         """Run step() on every rank; if it fails on one, all of them stop."""
         try:
             result, error = step(), None
-        except (BenchError, OSError) as err:
+        except (RunFailed, UserError, OSError) as err:
             result, error = None, f"{err} ({self.where()})"
         self.agree(error)
         return result
@@ -347,7 +345,7 @@ def rendezvous_address(ranks: Ranks) -> str:
     if ranks.rank == 0:
         try:
             found = f"{master_address(len(set(hosts)) == 1)}:{free_port()}"
-        except (BenchError, OSError) as err:
+        except (UserError, OSError) as err:
             error = f"torch.distributed rendezvous on rank 0: {err}"
     found, error = ranks.bcast((found, error))
     ranks.agree(error)
@@ -361,8 +359,8 @@ def master_address(single_host: bool) -> str:
     address = socket.gethostbyname(name)
     if address.startswith("127."):
         # Debian maps a host's own name to 127.0.1.1: other hosts cannot reach that.
-        raise BenchError(f"hostname {name!r} resolves to {address}, which the other hosts "
-                         "cannot reach: map it to a routable address in /etc/hosts")
+        raise UserError(f"hostname {name!r} resolves to {address}, which the other hosts "
+                        "cannot reach: map it to a routable address in /etc/hosts")
     return address
 
 
@@ -497,7 +495,7 @@ def benchmark(args, ranks: Ranks) -> None:
         if args.json is not None:
             payload = (json.dumps(record, indent=2) + "\n").encode()
             ranks.on_all(lambda: ranks.rank == 0 and atomic_write_bytes(args.json, payload))
-    except BenchError:  # raised on every rank together: all can tear down
+    except RunFailed:  # raised on every rank together (Ranks.agree): all can tear down
         teardown(ranks, hvd, dist)
         raise
     teardown(ranks, hvd, dist)
@@ -526,8 +524,8 @@ def start_ranks(args) -> Ranks:
     Horovod itself carries the benchmark's own collectives."""
     if os.environ.get("HOROVOD_CONTROLLER") == "gloo":
         if args.implementations is not None and "mpi" in args.implementations:
-            raise BenchError("mpi: needs the MPI launcher (horovodrun --mpi, mpirun); "
-                             "under horovodrun --gloo measure horovod,torch")
+            raise UserError("mpi: needs the MPI launcher (horovodrun --mpi, mpirun); "
+                            "under horovodrun --gloo measure horovod,torch")
         args.implementations = args.implementations or ["horovod", "torch"]
         import horovod.torch as hvd
         import torch
@@ -548,18 +546,19 @@ def main() -> int:
         ranks = start_ranks(args)
         benchmark(args, ranks)
         return 0
-    except BenchError as err:  # raised on all ranks alike: rank 0 says it
+    except (UserError, RunFailed) as err:  # raised on all ranks alike: rank 0 says it
         if ranks is None or ranks.rank == 0:
-            print(f"{PROG}: error: {err}", file=sys.stderr, flush=True)
-        return 1
+            raise
+        return 2 if isinstance(err, UserError) else 1
     except Exception as err:  # perhaps on this rank alone
         where = f" ({ranks.where()})" if ranks else ""
-        message = f"{type(err).__name__}: {err}".replace("\n", " ")
-        print(f"{PROG}: error: {message}{where}", file=sys.stderr, flush=True)
+        failure = RunFailed(f"{type(err).__name__}: {err}".replace("\n", " ") + where)
         if ranks is not None and ranks.size > 1:
-            ranks.abort()  # the other ranks may be waiting in a collective
-        return 1
+            # The other ranks may be waiting in a collective: say it, then end them all.
+            print_error(PROG, failure)
+            ranks.abort()
+        raise failure from None
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main, prog=PROG)

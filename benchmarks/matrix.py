@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from horovod_train.atomic import atomic_write_bytes, atomic_write_json  # noqa: E402
-from horovod_train.errors import UserError  # noqa: E402
+from horovod_train.errors import RunFailed, UserError, run_main  # noqa: E402
 from horovod_train.hosts import Host, host_list, is_local, read_hostfile  # noqa: E402
 
 EMULATE = REPO / "scripts" / "emulate_cluster.sh"
@@ -47,16 +47,12 @@ HIGH_VARIANCE = 0.10
 LAYOUT = re.compile(r"^(\d+)x(\d+)$")
 
 
-class MatrixError(Exception):
-    pass
-
-
 def parse_layouts(text: str) -> list[tuple[int, int]]:
     layouts = []
     for item in text.split(","):
         match = LAYOUT.match(item.strip())
         if not match or int(match[1]) < 1 or int(match[2]) < 1:
-            raise MatrixError(f"layout {item.strip()!r}: want NODESxGPUS such as 2x4")
+            raise UserError(f"layout {item.strip()!r}: want NODESxGPUS such as 2x4")
         layouts.append((int(match[1]), int(match[2])))
     return layouts
 
@@ -73,17 +69,17 @@ def layout_hosts(nodes: int, per_node: int, hosts: list[str] | None,
     hostfiles/NxG, checked to have the slots the layout needs."""
     if hosts:
         if len(hosts) < nodes:
-            raise MatrixError(f"needs {nodes} hosts, --hosts gives {len(hosts)}")
+            raise UserError(f"needs {nodes} hosts, --hosts gives {len(hosts)}")
         return hosts[:nodes]
     path = hostfile_dir / layout_name(nodes, per_node)
     if not path.is_file():
-        raise MatrixError(f"no hostfile {path}")
+        raise UserError(f"no hostfile {path}")
     listed = read_hostfile(path)
     if len(listed) < nodes:
-        raise MatrixError(f"{path} lists {len(listed)} hosts, the layout needs {nodes}")
+        raise UserError(f"{path} lists {len(listed)} hosts, the layout needs {nodes}")
     for host in listed[:nodes]:
         if host.slots < per_node:
-            raise MatrixError(f"{path}: {host.name} has {host.slots} slots, "
+            raise UserError(f"{path}: {host.name} has {host.slots} slots, "
                               f"the layout needs {per_node}")
     return [host.name for host in listed[:nodes]]
 
@@ -205,7 +201,8 @@ def check_reachable(args, hosts: list[str]) -> None:
                             timeout=120)
     if result.returncode != 0:
         lines = result.stderr.strip().splitlines() or [f"exit {result.returncode}"]
-        raise MatrixError(lines[-1].removeprefix("hosts: error: "))
+        failure = UserError if result.returncode == 2 else RunFailed
+        raise failure(lines[-1].removeprefix("hosts: error: "))
 
 
 def run_once(args, launcher: str, nodes: int, per_node: int, repeat: int, out_dir: Path,
@@ -220,7 +217,7 @@ def run_once(args, launcher: str, nodes: int, per_node: int, repeat: int, out_di
     try:
         hosts = layout_hosts(nodes, per_node, args.hosts, args.hostfile_dir)
         check_reachable(args, hosts)
-    except (MatrixError, UserError, subprocess.TimeoutExpired) as err:
+    except (UserError, RunFailed, subprocess.TimeoutExpired) as err:
         run["reason"] = str(err)
         return run
     if launcher == "horovod":
@@ -604,7 +601,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args.data_dir = args.data_dir.resolve()
     try:
         parse_layouts(args.layouts)
-    except MatrixError as err:
+    except UserError as err:
         parser.error(str(err))
     return args
 
@@ -624,14 +621,16 @@ def emulated_cluster(args) -> bool:
         print("run_matrix: bringing up the emulated hosts a and b", flush=True)
         result = subprocess.run([str(EMULATE), "up"], capture_output=True, text=True, timeout=300)
         if result.returncode != 0:
-            raise MatrixError(f"emulate_cluster.sh up failed: {result.stderr.strip()}")
+            detail = result.stderr.strip().splitlines()[-1:] or [f"exit {result.returncode}"]
+            raise RunFailed(f"emulate_cluster.sh up failed: {detail[0]}")
     if args.link_rate or args.link_delay:
         limits = (["--rate", args.link_rate] if args.link_rate else []) + (
             ["--delay", args.link_delay] if args.link_delay else [])
         result = subprocess.run([str(EMULATE), "shape", *limits], capture_output=True,
                                 text=True, timeout=60)
         if result.returncode != 0:
-            raise MatrixError(result.stderr.strip().splitlines()[-1])
+            detail = result.stderr.strip().splitlines()[-1:] or [f"exit {result.returncode}"]
+            raise RunFailed(f"emulate_cluster.sh shape failed: {detail[0]}")
     return up
 
 
@@ -654,11 +653,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main(sys.argv[1:]))
-    except MatrixError as err:
-        print(f"run_matrix: error: {err}", file=sys.stderr)
-        sys.exit(1)
-    except KeyboardInterrupt:
-        print("run_matrix: interrupted", file=sys.stderr)
-        sys.exit(130)
+    run_main(lambda: main(sys.argv[1:]), prog="run_matrix")

@@ -37,15 +37,12 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from horovod_train.atomic import atomic_write_bytes, atomic_write_json  # noqa: E402
+from horovod_train.errors import UserError, run_main  # noqa: E402
 from horovod_train.options import non_negative_float, positive_float  # noqa: E402
 
 PROG = "predict_scaling"
 DEFAULT_LAYOUTS = "1x1,1x2,2x2,2x4,4x8,16x8"
 SCHEMA_VERSION = 1
-
-
-class PredictError(Exception):
-    pass
 
 
 # ---- input ------------------------------------------------------------------
@@ -67,21 +64,21 @@ def load_results(path: Path) -> dict:
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
-        raise PredictError(f"{path}: no such file") from None
+        raise UserError(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError) as err:
-        raise PredictError(f"{path}: cannot read: {err}") from None
+        raise UserError(f"{path}: cannot read: {err}") from None
     except json.JSONDecodeError as err:
-        raise PredictError(f"{path}: not JSON ({err.msg} at line {err.lineno})") from None
+        raise UserError(f"{path}: not JSON ({err.msg} at line {err.lineno})") from None
     if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
-        raise PredictError(f"{path}: not a results.json of benchmarks/run_matrix.sh "
-                           f"(schema_version {SCHEMA_VERSION})")
+        raise UserError(f"{path}: not a results.json of benchmarks/run_matrix.sh "
+                        f"(schema_version {SCHEMA_VERSION})")
     settings = data.get("settings") or {}
     for key in ("batch_per_rank", "gradient_bytes"):
         if not isinstance(settings.get(key), int) or settings[key] <= 0:
-            raise PredictError(f"{path}: settings.{key} is missing or not a positive integer")
+            raise UserError(f"{path}: settings.{key} is missing or not a positive integer")
     runs = data.get("runs")
     if not isinstance(runs, list):
-        raise PredictError(f"{path}: no list of runs")
+        raise UserError(f"{path}: no list of runs")
     return data
 
 
@@ -169,7 +166,7 @@ def links(measured: dict, compute_s: float, gradient_bytes: float,
         alpha, inverse_bandwidth, how = fit_link(points, gradient_bytes, latency_s)
         fitted = ", ".join(f"{n}x{g}" for n, g in used)
         if inverse_bandwidth <= 0:
-            raise PredictError(
+            raise UserError(
                 f"the {name}-node link cannot be fitted: {fitted} took no longer per step "
                 f"than 1x1 (communication fully hidden); give --{name}-gbit")
         result[name] = {"bytes_per_s": 1 / inverse_bandwidth, "latency_s": alpha,
@@ -227,8 +224,8 @@ def with_measured(row: dict, measured: dict, batch: int, fitted_from: set) -> di
 def model(data: dict, args: argparse.Namespace) -> tuple[float, dict, dict]:
     measured = median_steps(data, args.launcher)
     if (1, 1) not in measured:
-        raise PredictError(f"{args.results}: no successful 1x1 run of launcher "
-                           f"{args.launcher}: the model needs it for the compute time")
+        raise UserError(f"{args.results}: no successful 1x1 run of launcher "
+                        f"{args.launcher}: the model needs it for the compute time")
     compute_s = measured[(1, 1)]["step_s"]
     gradient_bytes = data["settings"]["gradient_bytes"]
     return compute_s, measured, links(measured, compute_s, gradient_bytes, args)
@@ -237,7 +234,7 @@ def model(data: dict, args: argparse.Namespace) -> tuple[float, dict, dict]:
 def validate(other: dict, args: argparse.Namespace, link_by_name: dict) -> list[dict]:
     measured = median_steps(other, args.launcher)
     if (1, 1) not in measured:
-        raise PredictError(f"{args.validate}: no successful 1x1 run of launcher {args.launcher}")
+        raise UserError(f"{args.validate}: no successful 1x1 run of launcher {args.launcher}")
     compute_s = measured[(1, 1)]["step_s"]
     batch = other["settings"]["batch_per_rank"]
     rows = []
@@ -248,7 +245,7 @@ def validate(other: dict, args: argparse.Namespace, link_by_name: dict) -> list[
                       link_by_name)
         rows.append(with_measured(row, measured, batch, set()))
     if not rows:
-        raise PredictError(f"{args.validate}: no multi-rank layout that was not oversubscribed")
+        raise UserError(f"{args.validate}: no multi-rank layout that was not oversubscribed")
     return rows
 
 
@@ -368,11 +365,7 @@ def build_report(args: argparse.Namespace) -> dict:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    try:
-        report = build_report(args)
-    except PredictError as err:
-        print(f"{PROG}: error: {err}", file=sys.stderr)
-        return 2
+    report = build_report(args)
     text = markdown(report)
     sys.stdout.write(text)
     if args.markdown is not None:
@@ -383,4 +376,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    run_main(lambda: main(sys.argv[1:]), prog=PROG)

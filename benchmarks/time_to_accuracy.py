@@ -31,7 +31,7 @@ sys.path[0] = str(REPO)  # the checkout's package
 
 from horovod_train import mnist, options  # noqa: E402
 from horovod_train.atomic import atomic_write_json  # noqa: E402
-from horovod_train.errors import UserError, run_main  # noqa: E402
+from horovod_train.errors import RunFailed, UserError, run_main  # noqa: E402
 from horovod_train.presets import PRESETS, describe_preset  # noqa: E402
 
 PROG = "time_to_accuracy.py"
@@ -77,15 +77,18 @@ def trainer_command(args: argparse.Namespace, data_dir: Path, log_dir: Path) -> 
 
 
 def run_trainer(command: list[str]) -> dict:
-    """One run; its summary.json, or the trainer's own error line."""
+    """One run; its summary.json, or the trainer's own error line: as bad
+    input when the trainer refused its options or data (its exit 2), else as
+    a failed run."""
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
     result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
     log_dir = Path(command[command.index("--log-dir") + 1])
     if result.returncode != 0 or not (log_dir / "summary.json").is_file():
         lines = [line for line in (result.stderr + result.stdout).splitlines() if line.strip()]
         errors = [line for line in lines if "error:" in line] or lines[-1:] or ["no output"]
-        raise UserError(f"the trainer failed (exit {result.returncode}): "
-                        f"{errors[-1].split('error: ', 1)[-1]}")
+        failure = UserError if result.returncode == 2 else RunFailed
+        raise failure(f"the trainer failed (exit {result.returncode}): "
+                      f"{errors[-1].split('error: ', 1)[-1]}")
     return json.loads((log_dir / "summary.json").read_text())
 
 

@@ -1,4 +1,16 @@
-"""One-line errors for the user, instead of tracebacks."""
+"""The project's one error convention, for every entry point in
+horovod_train/, scripts/ and benchmarks/ (run_main):
+
+  - UserError: bad input, found before or while the work starts: a wrong
+    option, a missing or corrupt file, an unusable directory, a mismatched
+    checkpoint, an unreachable host the user named, a missing tool. One line
+    `prog: error: ...` on stderr, exit 2.
+  - RunFailed: the input was fine, but something started and failed: a
+    build, a subprocess, a job, a cluster that did not come up. One line
+    `prog: error: ...`, exit 1.
+  - Ctrl-C: `prog: interrupted`, exit 130.
+
+Standard library only: scripts run under a bare python3 import it."""
 
 import sys
 from collections.abc import Callable
@@ -6,19 +18,32 @@ from pathlib import Path
 
 
 class UserError(Exception):
-    """A problem with the user's input or environment: bad option, missing or
-    corrupt data, unusable directory, mismatched checkpoint."""
+    """Bad input or environment, for the user to fix: exit 2."""
+
+
+class RunFailed(Exception):
+    """Something started and failed, the input being fine: exit 1."""
+
+
+def print_error(prog: str, error: Exception | str) -> None:
+    """The one error line, for the rare caller that must say it before
+    ending otherwise (a rank about to abort its peers)."""
+    print(f"{prog}: error: {error}", file=sys.stderr, flush=True)
 
 
 def run_main(main: Callable[[], int | None], prog: str | None = None) -> None:
-    """Run an entry point; a UserError becomes one line on stderr and exit 2.
-    The line starts with `prog`, by default the name of the script run."""
+    """Run an entry point and exit with its code, or as the convention says
+    for a UserError (2), a RunFailed (1) or Ctrl-C (130). The line starts
+    with `prog`, by default the name of the script run."""
     prog = prog or Path(sys.argv[0]).name
     try:
         code = main()
     except UserError as err:
-        print(f"{prog}: error: {err}", file=sys.stderr, flush=True)
+        print_error(prog, err)
         sys.exit(2)
+    except RunFailed as err:
+        print_error(prog, err)
+        sys.exit(1)
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr, flush=True)
         sys.exit(130)

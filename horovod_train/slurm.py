@@ -58,7 +58,7 @@ if __package__ in (None, ""):
     # Run as a file (the batch script does): import the package from the checkout.
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
-from horovod_train.errors import UserError, run_main  # noqa: E402
+from horovod_train.errors import RunFailed, UserError, run_main  # noqa: E402
 from horovod_train.hosts import Host, SshTarget, host_list, probe_ssh_port, total_slots  # noqa: E402
 
 RUNTIMES = ("venv", "apptainer", "pyxis")
@@ -312,11 +312,11 @@ def wait_for_sshd(hosts: tuple[str, ...], port: int, step: subprocess.Popen,
     waiting = list(hosts)
     while waiting:
         if step.poll() is not None:
-            raise UserError(f"the containers' sshd step ended (exit {step.returncode}) before "
+            raise RunFailed(f"the containers' sshd step ended (exit {step.returncode}) before "
                             f"{', '.join(waiting)} answered on port {port}; see its output above")
         waiting = [host for host in waiting if not ssh_answers(host, port)]
         if waiting and time.monotonic() > deadline:
-            raise UserError(f"no sshd on {', '.join(waiting)} port {port} after "
+            raise RunFailed(f"no sshd on {', '.join(waiting)} port {port} after "
                             f"{timeout_s:.0f} s")
         if waiting:
             time.sleep(1)

@@ -32,7 +32,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 CONTEXT = REPO / "docker"  # the build context, as in `docker build docker/`
 sys.path.insert(0, str(CONTEXT / "env"))
+sys.path.insert(0, str(REPO))  # the checkout's package, for its errors
 import build_horovod  # noqa: E402  (the recipe's: its wheel cache, the lock, the sdist)
+
+from horovod_train.errors import RunFailed, UserError, run_main  # noqa: E402
 
 CONSTRAINTS = build_horovod.LOCK
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "horovod-train"
@@ -40,10 +43,6 @@ DEBIAN_BASE = "localhost/debian-base:bookworm"
 MIN_FREE_GB = 10
 COLD_BUILD_GB = 35
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
-
-
-class ImageError(Exception):
-    pass
 
 
 def log(message: str) -> None:
@@ -54,9 +53,9 @@ def run(*command: str, **kwargs) -> subprocess.CompletedProcess:
     try:
         return subprocess.run(command, check=True, **kwargs)
     except FileNotFoundError:
-        raise ImageError(f"{command[0]} not found") from None
+        raise UserError(f"{command[0]} not found") from None
     except subprocess.CalledProcessError as err:
-        raise ImageError(f"{' '.join(command[:3])} ... exited {err.returncode}") from None
+        raise RunFailed(f"{' '.join(command[:3])} ... exited {err.returncode}") from None
 
 
 def ensure_tools(engine: str, need_debootstrap: bool) -> None:
@@ -66,7 +65,7 @@ def ensure_tools(engine: str, need_debootstrap: bool) -> None:
     if not missing:
         return
     if engine == "docker" or os.geteuid() != 0 or shutil.which("apt-get") is None:
-        raise ImageError(f"{', '.join(missing)} not found: install it")
+        raise UserError(f"{', '.join(missing)} not found: install it")
     packages = ["podman", "buildah", "debootstrap"]
     log(f"installing {' '.join(packages)}")
     run("apt-get", "update", "-qq", stdout=subprocess.DEVNULL)
@@ -109,7 +108,7 @@ def debian_base(engine: str) -> str:
         tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
         run(engine, "import", "-", DEBIAN_BASE, stdin=tar.stdout, stdout=subprocess.DEVNULL)
         if tar.wait() != 0:
-            raise ImageError("tar of the debootstrap tree failed")
+            raise RunFailed("tar of the debootstrap tree failed")
     log(f"made {DEBIAN_BASE} in {time.monotonic() - started:.0f} s")
     return DEBIAN_BASE
 
@@ -173,13 +172,13 @@ def check_free_space(engine: str) -> None:
     error; less than a cold build needs is a warning. A rebuild removes the
     images it supersedes as soon as they are, so storage holds one
     generation of them (~10 GB for both) between builds."""
-    root = subprocess.run([engine, "info", "--format", "{{.Store.GraphRoot}}"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    root = run(engine, "info", "--format", "{{.Store.GraphRoot}}",
+               capture_output=True, text=True).stdout.strip()
     free = shutil.disk_usage(root).free / 1e9
     hint = f"free space, or remove old images: {engine} image prune -a"
     if free < MIN_FREE_GB:
-        raise ImageError(f"{free:.0f} GB free under {root}, the build needs {MIN_FREE_GB} GB "
-                         f"even with its layers cached ({hint})")
+        raise UserError(f"{free:.0f} GB free under {root}, the build needs {MIN_FREE_GB} GB "
+                        f"even with its layers cached ({hint})")
     if free < COLD_BUILD_GB:
         log(f"warning: {free:.0f} GB free under {root}; a build without cached layers "
             f"needs about {COLD_BUILD_GB} GB ({hint})")
@@ -226,8 +225,8 @@ def build(args) -> None:
     run(*command, str(CONTEXT))
     if old and image_id(engine, args.tag) != old:
         remove_superseded(engine, old)
-    info = json.loads(subprocess.run([engine, "image", "inspect", args.tag], capture_output=True,
-                                     text=True, check=True).stdout)[0]
+    info = json.loads(run(engine, "image", "inspect", args.tag, capture_output=True,
+                          text=True).stdout)[0]
     log(f"built {args.tag} in {(time.monotonic() - started) / 60:.1f} min, "
         f"{info['Size'] / 1e9:.2f} GB")
 
@@ -258,8 +257,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main(sys.argv[1:]))
-    except ImageError as err:
-        print(f"build_image: error: {err}", file=sys.stderr)
-        sys.exit(1)
+    run_main(lambda: main(sys.argv[1:]), prog="build_image")

@@ -42,6 +42,9 @@ import time
 from pathlib import Path
 
 SCRIPTS = Path(__file__).resolve().parent
+sys.path.insert(0, str(SCRIPTS.parent))  # the checkout's package, for its errors
+from horovod_train.errors import RunFailed, UserError, run_main  # noqa: E402
+
 SSHD_CONFIG = SCRIPTS.parent / "docker" / "sshd_config"
 STATE_DIR = Path(os.environ.get("EMULATE_STATE_DIR", "/run/horovod-train-cluster"))
 BRIDGE = "hvtbr0"
@@ -50,14 +53,11 @@ DEFAULT_SUBNET = "10.213.0"  # /24, private and unlikely to clash; EMULATE_SUBNE
 SSH_PORT = 12345
 
 
-class ClusterError(Exception):
-    pass
-
-
 def sh(*command: str, check: bool = True, quiet: bool = False) -> subprocess.CompletedProcess:
     result = subprocess.run(command, capture_output=True, text=True)
     if check and result.returncode != 0:
-        raise ClusterError(f"{' '.join(command)}: {result.stderr.strip() or result.returncode}")
+        detail = (result.stderr.strip().splitlines() or [f"exit {result.returncode}"])[-1]
+        raise RunFailed(f"{' '.join(command)}: {detail}")
     return result
 
 
@@ -93,25 +93,25 @@ def load_layout(state: Path) -> dict:
     try:
         return json.loads((state / "cluster.json").read_text())
     except (OSError, ValueError):
-        raise ClusterError(f"no emulated cluster is up ({state}/cluster.json missing); "
-                           "run: scripts/emulate_cluster.sh up") from None
+        raise UserError(f"no emulated cluster is up ({state}/cluster.json missing); "
+                        "run: scripts/emulate_cluster.sh up") from None
 
 
 def check_prerequisites(image: str | None) -> None:
     if os.geteuid() != 0:
-        raise ClusterError("needs root (network namespaces, bind mounts)")
+        raise UserError("needs root (network namespaces, bind mounts)")
     if image:
         if shutil.which("podman") is None:
-            raise ClusterError("--image needs podman (apt-get install podman)")
+            raise UserError("--image needs podman (apt-get install podman)")
         if sh("podman", "image", "exists", image, check=False).returncode != 0:
-            raise ClusterError(f"no image {image} (scripts/build_image.sh builds one)")
+            raise UserError(f"no image {image} (scripts/build_image.sh builds one)")
         return
     for tool in ("ip", "nsenter", "unshare", "ssh", "ssh-keygen"):
         if shutil.which(tool) is None:
-            raise ClusterError(f"{tool} not found (scripts/setup.sh installs it)")
+            raise UserError(f"{tool} not found (scripts/setup.sh installs it)")
     if not Path("/usr/sbin/sshd").exists():
-        raise ClusterError("/usr/sbin/sshd not found: install openssh-server "
-                           "(scripts/setup.sh does)")
+        raise UserError("/usr/sbin/sshd not found: install openssh-server "
+                        "(scripts/setup.sh does)")
 
 
 def up(hosts: list[str], subnet: str, port: int, state: Path, image: str | None = None,
@@ -221,10 +221,10 @@ def start_image_hosts(image: str, addresses: dict, port: int, state: Path, keys:
 def parse_mount(text: str) -> tuple[Path, str, bool]:
     parts = text.split(":")
     if len(parts) not in (2, 3) or not parts[1].startswith("/") or parts[2:] not in ([], ["ro"]):
-        raise ClusterError(f"--mount wants SRC:DST or SRC:DST:ro with DST absolute, got {text}")
+        raise UserError(f"--mount wants SRC:DST or SRC:DST:ro with DST absolute, got {text}")
     source = Path(parts[0]).resolve()
     if not source.is_dir():
-        raise ClusterError(f"--mount source {source} is not a directory")
+        raise UserError(f"--mount source {source} is not a directory")
     return source, parts[1], parts[2:] == ["ro"]
 
 
@@ -257,8 +257,8 @@ def wait_for_ssh(hosts: list[str], state: Path, timeout_s: float = 30.0) -> None
                 if result.returncode == 0:
                     break
                 if time.monotonic() > deadline:
-                    raise ClusterError(f"ssh from {source} to {target} failed: "
-                                       f"{result.stderr.strip()}")
+                    detail = result.stderr.strip().splitlines()[-1:] or ["no output"]
+                    raise RunFailed(f"ssh from {source} to {target} failed: {detail[0]}")
                 time.sleep(0.3)
 
 
@@ -303,7 +303,7 @@ def parse_rate(text: str) -> float:
                 break
             if value > 0:
                 return value * scale
-    raise ClusterError(f"--rate {text!r}: give a rate such as 100mbit, 1gbit or 10gbit")
+    raise UserError(f"--rate {text!r}: give a rate such as 100mbit, 1gbit or 10gbit")
 
 
 def shape(state: Path, rate: str | None, delay: str | None) -> None:
@@ -328,8 +328,8 @@ def shape_host(ns: str, rate: str | None, delay: str | None) -> None:
                  "netem", "delay", delay, "limit", "100000"]
         result = sh(*netem, check=False)
         if result.returncode != 0:
-            raise ClusterError(f"tc netem failed ({result.stderr.strip()}): this kernel may "
-                               "lack netem; shape with --rate alone")
+            raise RunFailed(f"tc netem failed ({result.stderr.strip()}): this kernel may "
+                            "lack netem; shape with --rate alone")
     if rate:
         bits = parse_rate(rate)
         # The bucket must hold the largest (GSO) packet, 64 KiB, and a tick's
@@ -377,9 +377,9 @@ def main(argv: list[str]) -> int:
     if args.command == "up":
         hosts = [h.strip() for h in args.hosts.split(",") if h.strip()]
         if len(set(hosts)) != len(hosts) or not all(h.isalnum() and len(h) <= 8 for h in hosts):
-            raise ClusterError(f"--hosts wants distinct short alphanumeric names, got {args.hosts}")
+            raise UserError(f"--hosts wants distinct short alphanumeric names, got {args.hosts}")
         if args.mount and not args.image:
-            raise ClusterError("--mount goes with --image (plain hosts see all files)")
+            raise UserError("--mount goes with --image (plain hosts see all files)")
         # Checked before anything is set up.
         mounts = [parse_mount(m) for m in args.mount]
         layout = up(hosts, args.subnet, args.ssh_port, STATE_DIR, args.image, mounts)
@@ -390,16 +390,16 @@ def main(argv: list[str]) -> int:
         command = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
         layout = load_layout(STATE_DIR)
         if args.host not in layout["hosts"]:
-            raise ClusterError(f"no host {args.host!r}; hosts are {', '.join(layout['hosts'])}")
+            raise UserError(f"no host {args.host!r}; hosts are {', '.join(layout['hosts'])}")
         if not command:
-            raise ClusterError("exec needs a command: exec HOST -- COMMAND")
+            raise UserError("exec needs a command: exec HOST -- COMMAND")
         argv_ = enter_command(args.host, STATE_DIR, command)
         os.execvp(argv_[0], argv_)
     elif args.command == "status":
         status(STATE_DIR)
     elif args.command == "shape":
         if args.off == bool(args.rate or args.delay):
-            raise ClusterError("shape needs --rate and/or --delay, or --off")
+            raise UserError("shape needs --rate and/or --delay, or --off")
         if args.rate:
             parse_rate(args.rate)  # checked before anything changes
         shape(STATE_DIR, args.rate, args.delay)
@@ -411,8 +411,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main(sys.argv[1:]))
-    except ClusterError as err:
-        print(f"emulate_cluster: error: {err}", file=sys.stderr)
-        sys.exit(1)
+    run_main(lambda: main(sys.argv[1:]), prog="emulate_cluster")

@@ -22,14 +22,10 @@ if __package__ in (None, ""):
     # python3 too: hosts and errors need the standard library only).
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
-from horovod_train.errors import UserError  # noqa: E402
+from horovod_train.errors import RunFailed, UserError, run_main  # noqa: E402
 from horovod_train.hosts import Host, check_reachable, host_list, parse_host_list, total_slots  # noqa: E402
 
 CONTAINER = "horovod-train"
-
-
-class LaunchError(Exception):
-    pass
 
 
 def start_command(args, hosts: list[Host]) -> list[str]:
@@ -77,7 +73,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     args.command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not args.command:
-        raise LaunchError("give the trainer command after --")
+        raise UserError("give the trainer command after --")
     hosts = parse_host_list(args.hosts, option="--hosts")
 
     steps = [on(host.name, start_command(args, hosts)) for host in hosts]
@@ -95,15 +91,11 @@ def main(argv: list[str]) -> int:
             subprocess.run(step, check=True, stdout=subprocess.DEVNULL)
         return subprocess.run(steps[-1]).returncode
     except subprocess.CalledProcessError as err:
-        raise LaunchError(f"{shlex.join(err.cmd)} exited {err.returncode}") from None
+        raise RunFailed(f"{shlex.join(err.cmd)} exited {err.returncode}") from None
     finally:
         for stop in stops:
             subprocess.run(stop, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main(sys.argv[1:]))
-    except (LaunchError, UserError) as err:
-        print(f"launch_cluster: error: {err}", file=sys.stderr)
-        sys.exit(2)
+    run_main(lambda: main(sys.argv[1:]), prog="launch_cluster")

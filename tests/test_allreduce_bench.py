@@ -106,7 +106,7 @@ def test_one_plain_process_is_one_rank(tmp_path):
 @pytest.mark.parametrize("sizes", ["0", "banana"])
 def test_bad_sizes_fail_with_one_line(sizes):
     result = bench("--sizes", sizes)
-    assert result.returncode != 0
+    assert result.returncode == 2
     errors = [line for line in result.stderr.splitlines() if "error" in line]
     assert len(errors) == 1, result.stderr
     assert errors[0].startswith("allreduce_bench: error: argument --sizes:")

@@ -18,7 +18,7 @@ import pytest
 from conftest import BIN, REPO
 
 from horovod_train import slurm
-from horovod_train.errors import UserError
+from horovod_train.errors import RunFailed, UserError
 from horovod_train.hosts import Host
 
 SBATCH_SCRIPT = REPO / "scripts" / "slurm" / "horovod.sbatch"
@@ -224,9 +224,9 @@ def test_batch_script_help_lists_its_settings():
     ({**JOB_ENV, "HOROVOD_TRAIN_DIR": "/"}, "horovod.sbatch: error: / is not a horovod-train "
                                             "checkout"),
 ])
-def test_batch_script_bad_input_is_one_line_and_nonzero(env, message):
+def test_batch_script_bad_input_is_one_line_and_exit_2(env, message):
     result = batch_script(env, "--epochs", "1")
-    assert result.returncode != 0
+    assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [result.stderr.strip()]
     assert result.stderr.startswith(message), result.stderr
     assert "Traceback" not in result.stderr
@@ -380,7 +380,7 @@ def test_sshd_wait_returns_when_the_hosts_answer_and_fails_when_the_step_dies(cl
     assert not slurm.ssh_answers(addresses[0], 1)
     dead = subprocess.Popen(["false"])
     dead.wait()
-    with pytest.raises(UserError, match="the containers' sshd step ended .exit 1. before"):
+    with pytest.raises(RunFailed, match="the containers' sshd step ended .exit 1. before"):
         slurm.wait_for_sshd(addresses, 1, dead, timeout_s=30)
 
 

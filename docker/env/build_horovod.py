@@ -55,8 +55,17 @@ print(json.dumps(out))
 """
 
 
-class BuildError(Exception):
-    pass
+# Standalone on purpose: this runs inside the image build, before the
+# project's package is installed, so it cannot import horovod_train.errors.
+# It follows the same convention (run_main below): bad input or a missing
+# tool is a UserError, one line `build_horovod: error: ...` and exit 2; a step
+# that started and failed is a RunFailed, one line and exit 1; Ctrl-C 130.
+class UserError(Exception):
+    """Bad input or environment, for the user to fix: exit 2."""
+
+
+class RunFailed(Exception):
+    """A step that started and failed, the input being fine: exit 1."""
 
 
 def log(message: str) -> None:
@@ -78,13 +87,14 @@ def probe_python(python: str, frameworks: list[str]) -> dict:
         result = subprocess.run([python, "-c", PROBE, *modules], capture_output=True, text=True,
                                 timeout=300)
     except OSError as err:
-        raise BuildError(f"cannot run {python}: {err.strerror}") from None
+        raise UserError(f"cannot run {python}: {err.strerror}") from None
     if result.returncode != 0:
-        raise BuildError(f"{python} failed to report its packages: {result.stderr.strip()}")
+        detail = (result.stderr.strip().splitlines() or [f"exit {result.returncode}"])[-1]
+        raise RunFailed(f"{python} failed to report its packages: {detail}")
     info = json.loads(result.stdout.strip().splitlines()[-1])
     for name, error in info["errors"].items():
-        raise BuildError(f"{name} does not import in {python} ({error}); install it first "
-                         "(scripts/setup.sh --frameworks ...)")
+        raise UserError(f"{name} does not import in {python} ({error}); install it first "
+                        "(scripts/setup.sh --frameworks ...)")
     return info
 
 
@@ -92,7 +102,7 @@ def locked_version(package: str) -> str:
     """The version the lock pins for a package."""
     found = re.search(rf"^{re.escape(package)}==(\S+)$", LOCK.read_text(), flags=re.M)
     if not found:
-        raise BuildError(f"{LOCK.name} pins no {package}")
+        raise RunFailed(f"{LOCK.name} pins no {package}")
     return found.group(1)
 
 
@@ -106,7 +116,7 @@ def cuda_toolkit(cache: Path, python: str) -> Path:
     if os.environ.get("CUDA_HOME"):
         home = Path(os.environ["CUDA_HOME"])
         if not (home / "bin" / "nvcc").is_file():
-            raise BuildError(f"CUDA_HOME={home} has no bin/nvcc")
+            raise UserError(f"CUDA_HOME={home} has no bin/nvcc")
         return home
     # nvcc, and CCCL: CUDA's own headers (cuda_fp16.h) include its nv/target.
     requirement = f"cuda-toolkit[nvcc,cccl]=={locked_version('cuda-toolkit')}"
@@ -121,8 +131,8 @@ def cuda_toolkit(cache: Path, python: str) -> Path:
                  "--target", tmp, "-c", str(LOCK), requirement],
                 capture_output=True, text=True, timeout=1200)
             if result.returncode != 0:
-                raise BuildError(f"installing {requirement} failed: "
-                                 f"{result.stderr.strip()[-500:]}")
+                detail = (result.stderr.strip().splitlines() or ["no output"])[-1]
+                raise RunFailed(f"installing {requirement} failed: {detail}")
             for lib in Path(tmp).glob("nvidia/cu*/lib"):
                 for runtime in lib.glob("libcudart.so.*"):
                     (lib / "libcudart.so").symlink_to(runtime.name)
@@ -134,7 +144,7 @@ def cuda_toolkit(cache: Path, python: str) -> Path:
             os.replace(tmp, target)
     homes = sorted(target.glob("nvidia/cu*/bin/nvcc"))
     if not homes:
-        raise BuildError(f"no nvcc in {target}; remove it and run again")
+        raise RunFailed(f"no nvcc in {target}; remove it and run again")
     return homes[0].parent.parent
 
 
@@ -143,7 +153,8 @@ def nvcc_archs(cuda_home: Path) -> list[str]:
     result = subprocess.run([str(cuda_home / "bin" / "nvcc"), "--list-gpu-arch"],
                             capture_output=True, text=True, timeout=60)
     if result.returncode != 0:
-        raise BuildError(f"{cuda_home}/bin/nvcc does not run: {result.stderr.strip()[-300:]}")
+        detail = (result.stderr.strip().splitlines() or [f"exit {result.returncode}"])[-1]
+        raise RunFailed(f"{cuda_home}/bin/nvcc does not run: {detail}")
     return re.findall(r"compute_(\w+)", result.stdout)
 
 
@@ -151,8 +162,8 @@ def check_cuda_archs(archs: str, cuda_home: Path) -> None:
     known = nvcc_archs(cuda_home)
     refused = [a for a in archs.split(",") if a not in known]
     if refused:
-        raise BuildError(f"--cuda-archs {archs}: nvcc in {cuda_home} refuses {','.join(refused)}; "
-                         f"it takes {','.join(known)}")
+        raise UserError(f"--cuda-archs {archs}: nvcc in {cuda_home} refuses {','.join(refused)}; "
+                        f"it takes {','.join(known)}")
 
 
 def gpu_present() -> bool:
@@ -202,8 +213,8 @@ def plan(args, info: dict) -> tuple[dict, dict]:
     if gpu_ops == "nccl":
         nccl_home = os.environ.get("HOROVOD_NCCL_HOME") or info.get("nccl_home")
         if not nccl_home or not (Path(nccl_home) / "include" / "nccl.h").is_file():
-            raise BuildError("NCCL GPU operations asked for, but no NCCL was found (install "
-                             "torch's nvidia-nccl wheel or set HOROVOD_NCCL_HOME)")
+            raise UserError("NCCL GPU operations asked for, but no NCCL was found (install "
+                            "torch's nvidia-nccl wheel or set HOROVOD_NCCL_HOME)")
         env.update(HOROVOD_GPU_OPERATIONS="NCCL", HOROVOD_NCCL_LINK="SHARED",
                    HOROVOD_NCCL_HOME=nccl_home, HOROVOD_BUILD_CUDA_CC_LIST=args.cuda_archs)
         header = (Path(nccl_home) / "include" / "nccl.h").read_text(errors="replace")
@@ -211,11 +222,11 @@ def plan(args, info: dict) -> tuple[dict, dict]:
 
     mpi = first_line(["mpirun", "--version"])
     if mpi is None:
-        raise BuildError("mpirun not found: install OpenMPI (openmpi-bin libopenmpi-dev; "
-                         "scripts/setup.sh does)")
+        raise UserError("mpirun not found: install OpenMPI (openmpi-bin libopenmpi-dev; "
+                        "scripts/setup.sh does)")
     compiler = first_line([os.environ.get("CXX", "c++"), "--version"])
     if compiler is None:
-        raise BuildError("no C++ compiler (c++) found: install build-essential")
+        raise UserError("no C++ compiler (c++) found: install build-essential")
     # "c++ (Debian 12.2.0-14) 12.2.0" and "g++-12 (Debian 12.2.0-14) 12.2.0"
     # are one compiler: the key keeps what follows the program's name.
     compiler = compiler.split(" ", 1)[-1]
@@ -275,10 +286,11 @@ def fetch_sdist(cache: Path, python: str) -> Path:
             capture_output=True, text=True, timeout=600)
         fetched = Path(tmp) / SDIST_NAME
         if result.returncode != 0 or not fetched.is_file():
-            raise BuildError(f"downloading {SDIST_NAME} failed: {result.stderr.strip()[-500:]}")
+            detail = (result.stderr.strip().splitlines() or [f"exit {result.returncode}"])[-1]
+            raise RunFailed(f"downloading {SDIST_NAME} failed: {detail}")
         if sha256_of(fetched) != SDIST_SHA256:
-            raise BuildError(f"{SDIST_NAME} from PyPI has sha256 {sha256_of(fetched)}, "
-                             f"expected {SDIST_SHA256}")
+            raise RunFailed(f"{SDIST_NAME} from PyPI has sha256 {sha256_of(fetched)}, "
+                            f"expected {SDIST_SHA256}")
         os.replace(fetched, sdist)
     return sdist
 
@@ -324,9 +336,10 @@ def build_wheel(args, sdist: Path, env: dict, entry: Path, inputs: dict) -> None
         if result.returncode != 0:
             kept = entry.parent / "last-failed-build.log"
             shutil.copy(log_path, kept)
+            # The log's tail first, so that the error stays the last line.
             tail = log_path.read_text(errors="replace").splitlines()[-25:]
-            raise BuildError("the Horovod build failed; last lines:\n" + "\n".join(tail)
-                             + f"\nfull log: {kept}")
+            print("\n".join(tail), file=sys.stderr, flush=True)
+            raise RunFailed(f"the Horovod build failed (its last lines above); full log: {kept}")
         (wheel,) = out.glob("horovod-*.whl")
         staged = work / "entry"
         staged.mkdir()
@@ -367,7 +380,7 @@ def relocate_libraries(prefix: str) -> None:
     frameworks' libraries relative to themselves ($ORIGIN), so each library
     loads, and `ldd` resolves it, in whatever environment it is installed."""
     if shutil.which("patchelf") is None:
-        raise BuildError("patchelf not found (apt-get install patchelf; setup.sh installs it)")
+        raise UserError("patchelf not found (apt-get install patchelf; setup.sh installs it)")
     for library in Path(prefix).glob("lib/python*/site-packages/horovod/**/*.so"):
         site = next(p for p in library.parents if p.name == "site-packages")
         up = os.path.relpath(site, library.parent)
@@ -406,8 +419,9 @@ def check_build(python: str, frameworks: list[str], gpu_ops: str,
         wanted.append("NCCL")
     missing = [w for w in wanted if not re.search(rf"\[X\] {w}\b", report)]
     if result.returncode != 0 or missing:
-        raise BuildError(f"horovodrun --check-build lacks {', '.join(missing) or '?'}:\n"
-                         f"{report}{result.stderr}")
+        print(f"{report}{result.stderr}", end="", file=sys.stderr, flush=True)
+        raise RunFailed(f"horovodrun --check-build lacks {', '.join(missing) or '?'} "
+                        "(its report above)")
     return report
 
 
@@ -417,7 +431,7 @@ def unresolved_libraries(prefix: str) -> list[str]:
     host (the NVIDIA container runtime mounts it), so it may be missing."""
     libraries = sorted(Path(prefix).glob("lib/python*/site-packages/horovod/**/*.so"))
     if not libraries:
-        raise BuildError(f"no Horovod libraries under {prefix}")
+        raise RunFailed(f"no Horovod libraries under {prefix}")
     missing = []
     for library in libraries:
         result = subprocess.run(["ldd", str(library)], capture_output=True, text=True, timeout=60)
@@ -459,13 +473,13 @@ def main(argv: list[str]) -> int:
         info = probe_python(args.python, [])
         built = installed_build(Path(info["prefix"]) / BUILD_RECORD)
         if not built:
-            raise BuildError(f"no Horovod build recorded in {info['prefix']}; run scripts/setup.sh")
+            raise UserError(f"no Horovod build recorded in {info['prefix']}; run scripts/setup.sh")
         print(check_build(args.python, list(built["frameworks"]), built["gpu_ops"],
                           info.get("nccl_home")), end="")
         missing = unresolved_libraries(info["prefix"])
         if missing:
-            raise BuildError("Horovod's libraries need what the loader cannot find: "
-                             + "; ".join(missing))
+            raise RunFailed("Horovod's libraries need what the loader cannot find: "
+                            + "; ".join(missing))
         print("Every library Horovod links resolves (libcuda.so.1 aside: the host's driver).")
         return 0
     info = probe_python(args.python, args.frameworks)
@@ -497,13 +511,25 @@ def default_cache_dir() -> Path:
     return Path(base) / "horovod-train" / "wheels"
 
 
-if __name__ == "__main__":
+def run_main(argv: list[str]) -> None:
+    """horovod_train.errors.run_main's convention, by hand (see UserError)."""
     try:
-        sys.exit(main(sys.argv[1:]))
-    except BuildError as err:
-        print(f"build_horovod: error: {err}", file=sys.stderr)
+        code = main(argv)
+    except UserError as err:
+        print(f"build_horovod: error: {err}", file=sys.stderr, flush=True)
+        sys.exit(2)
+    except RunFailed as err:
+        print(f"build_horovod: error: {err}", file=sys.stderr, flush=True)
         sys.exit(1)
     except subprocess.CalledProcessError as err:
         print(f"build_horovod: error: {' '.join(map(str, err.cmd))} exited {err.returncode}",
-              file=sys.stderr)
+              file=sys.stderr, flush=True)
         sys.exit(1)
+    except KeyboardInterrupt:
+        print("build_horovod: interrupted", file=sys.stderr, flush=True)
+        sys.exit(130)
+    sys.exit(code or 0)
+
+
+if __name__ == "__main__":
+    run_main(sys.argv[1:])

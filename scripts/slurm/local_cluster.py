@@ -43,7 +43,9 @@ from pathlib import Path
 
 SCRIPTS = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(SCRIPTS))
-import emulate_cluster  # noqa: E402
+import emulate_cluster  # noqa: E402  (which puts the checkout's package on the path)
+
+from horovod_train.errors import RunFailed, UserError, run_main  # noqa: E402
 
 STATE_DIR = Path(os.environ.get("SLURM_STATE_DIR", "/run/horovod-train-slurm"))
 PARTITION = "hvt"
@@ -54,10 +56,6 @@ SLURMD_PORT = 16818
 CPUS_PER_NODE = 2
 PACKAGES = ("slurm-wlm", "munge")
 PROGRAMS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "sinfo")
-
-
-class SlurmClusterError(Exception):
-    pass
 
 
 def missing_programs() -> list[str]:
@@ -116,8 +114,8 @@ SlurmdDebug=info
 def sh(*command: str, env: dict | None = None, timeout: int = 60) -> subprocess.CompletedProcess:
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout)
     if result.returncode != 0:
-        raise SlurmClusterError(f"{' '.join(command)}: "
-                                f"{(result.stderr or result.stdout).strip() or result.returncode}")
+        output = (result.stderr or result.stdout).strip().splitlines()
+        raise RunFailed(f"{' '.join(command)}: {output[-1] if output else result.returncode}")
     return result
 
 
@@ -158,30 +156,33 @@ def wait_for_idle_nodes(state: Path, nodes: list[str], timeout_s: float = 60.0) 
         if all(states.get(node) == "idle" for node in nodes):
             return
         time.sleep(0.5)
-    raise SlurmClusterError(f"nodes not idle within {timeout_s:.0f} s: {states or 'no answer'} "
-                            f"(logs in {state})")
+    raise RunFailed(f"nodes not idle within {timeout_s:.0f} s: {states or 'no answer'} "
+                    f"(logs in {state})")
 
 
 def up(state: Path, emulate_state: Path) -> dict:
     if os.geteuid() != 0:
-        raise SlurmClusterError("needs root (daemons in the emulated hosts' namespaces)")
+        raise UserError("needs root (daemons in the emulated hosts' namespaces)")
     missing = missing_programs()
     if missing:
-        raise SlurmClusterError(f"{', '.join(missing)} not found: "
-                                f"apt-get install -y {' '.join(PACKAGES)}")
+        raise UserError(f"{', '.join(missing)} not found: "
+                        f"apt-get install -y {' '.join(PACKAGES)}")
     layout = emulate_cluster.load_layout(emulate_state)
     if layout.get("image"):
-        raise SlurmClusterError("the emulated hosts are image containers; "
-                                "bring up plain hosts (scripts/emulate_cluster.sh up)")
+        raise UserError("the emulated hosts are image containers; "
+                        "bring up plain hosts (scripts/emulate_cluster.sh up)")
     down(state, quiet=True)
     state.mkdir(parents=True, mode=0o755)
     try:
         return start(state, emulate_state, layout)
-    except (SlurmClusterError, subprocess.SubprocessError, OSError) as err:
-        # A half-started cluster is stopped and removed; its logs go with the error.
+    except (RunFailed, subprocess.SubprocessError, OSError) as err:
+        # A half-started cluster is stopped and removed; its logs' tails are
+        # printed first, so that the error stays the last line.
         logs = log_tails(state)
+        if logs:
+            print(logs.lstrip("\n"), file=sys.stderr)
         down(state, quiet=True)
-        raise SlurmClusterError(f"{err}{logs}") from None
+        raise RunFailed(f"the local Slurm did not come up: {err}") from None
 
 
 def log_tails(state: Path, lines: int = 5) -> str:
@@ -297,7 +298,7 @@ def down(state: Path, quiet: bool = False) -> None:
 
 def status(state: Path) -> None:
     if not (state / "slurm.json").exists():
-        raise SlurmClusterError("no local Slurm is up: scripts/slurm/local_cluster.sh up")
+        raise UserError("no local Slurm is up: scripts/slurm/local_cluster.sh up")
     for command in (["sinfo"], ["squeue"]):
         print(subprocess.run(command, capture_output=True, text=True, env=slurm_env(state),
                              timeout=30).stdout, end="")
@@ -315,7 +316,7 @@ def main(argv: list[str]) -> int:
               f"export SLURM_CONF={info['slurm_conf']}")
     elif args.command == "env":
         if not (STATE_DIR / "slurm.conf").exists():
-            raise SlurmClusterError("no local Slurm is up: scripts/slurm/local_cluster.sh up")
+            raise UserError("no local Slurm is up: scripts/slurm/local_cluster.sh up")
         print(f"export SLURM_CONF={STATE_DIR / 'slurm.conf'}")
     elif args.command == "status":
         status(STATE_DIR)
@@ -325,8 +326,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main(sys.argv[1:]))
-    except (SlurmClusterError, emulate_cluster.ClusterError) as err:
-        print(f"local_cluster: error: {err}", file=sys.stderr)
-        sys.exit(1)
+    run_main(lambda: main(sys.argv[1:]), prog="local_cluster")

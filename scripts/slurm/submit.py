@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(REPO))
 
 from horovod_train import slurm  # noqa: E402
-from horovod_train.errors import UserError, run_main  # noqa: E402
+from horovod_train.errors import RunFailed, UserError, run_main  # noqa: E402
 
 # Slurm states after which the job will not run again (requeued jobs pass
 # through PENDING and REQUEUED instead).
@@ -58,7 +58,7 @@ class HorovodJob:
         started = time.monotonic()
         code = slurm.run_job(trainer_args, settings=self.settings)
         if code != 0:
-            raise RuntimeError(f"horovodrun exited {code}")
+            raise RunFailed(f"horovodrun exited {code}")
         return {"exit_code": code, "wall_time_s": round(time.monotonic() - started, 1)}
 
     def checkpoint(self, trainer_args: list[str]):
@@ -113,18 +113,16 @@ def wait(job, log: Path) -> int:
             # The result is written just before the job ends: give it a moment.
             ended_at = ended_at or time.monotonic()
             if time.monotonic() - ended_at > 10:
-                print(f"submit: error: job {job.job_id} ended {state or '(forgotten by Slurm)'} "
-                      f"without a result; log: {log}", file=sys.stderr)
-                return 1
+                raise RunFailed(f"job {job.job_id} ended {state or '(forgotten by Slurm)'} "
+                                f"without a result; log: {log}")
         time.sleep(POLL_S)
     elapsed = time.monotonic() - started
     try:
         result = job.result()
     except Exception as err:  # the job's own exception, re-raised by Submitit
         last = str(err).strip().splitlines()[-1:] or [type(err).__name__]
-        print(f"submit: error: job {job.job_id} failed after {elapsed:.0f} s: {last[0]}; "
-              f"log: {log}", file=sys.stderr)
-        return 1
+        raise RunFailed(f"job {job.job_id} failed after {elapsed:.0f} s: {last[0]}; "
+                        f"log: {log}") from None
     # The result is written just before the job's process exits: the state
     # shown is Slurm's once it agrees (a few seconds), not RUNNING.
     state, deadline = job_state(job.job_id), time.monotonic() + 30

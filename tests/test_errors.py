@@ -1,0 +1,64 @@
+"""run_main, the one error convention of every entry point: bad input is
+one line and exit 2, a run that started and failed one line and exit 1,
+Ctrl-C exit 130; otherwise the entry point's own exit code. Each case runs
+a real process, as a user would."""
+
+import signal
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO
+
+ENTRY_POINT = """
+import sys, time
+from horovod_train.errors import RunFailed, UserError, run_main
+
+def main():
+    what = sys.argv[1]
+    if what == "bad-input":
+        raise UserError("--epochs 0: must be at least 1")
+    if what == "run-failed":
+        raise RunFailed("horovodrun exited 1")
+    if what == "wait":
+        print("waiting", flush=True)
+        time.sleep(60)
+    return int(what)
+
+run_main(main, prog="tool")
+"""
+
+
+def entry_point(what: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", ENTRY_POINT, what], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("what, code, line", [
+    ("bad-input", 2, "tool: error: --epochs 0: must be at least 1"),
+    ("run-failed", 1, "tool: error: horovodrun exited 1"),
+])
+def test_an_error_is_one_line_and_its_exit_code(what, code, line):
+    result = entry_point(what)
+    assert result.returncode == code
+    assert result.stderr == line + "\n"
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize("code", [0, 1, 3])
+def test_the_entry_points_own_exit_code_passes_through(code):
+    result = entry_point(str(code))
+    assert (result.returncode, result.stderr) == (code, "")
+
+
+def test_ctrl_c_is_exit_130():
+    process = subprocess.Popen([sys.executable, "-c", ENTRY_POINT, "wait"], cwd=REPO,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout.readline() == "waiting\n"
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode == 130
+    assert stderr == "tool: interrupted\n"
