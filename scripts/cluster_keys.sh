@@ -31,7 +31,7 @@ done
 
 if [[ -e "$dir/id_ed25519" && $force -eq 0 ]]; then
   echo "cluster_keys.sh: error: $dir/id_ed25519 exists; pass --force to replace it" >&2
-  exit 1
+  exit 2
 fi
 umask 077
 mkdir -p "$dir"

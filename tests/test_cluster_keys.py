@@ -40,7 +40,7 @@ def test_existing_keys_are_kept_unless_forced(tmp_path):
     private = (keys / "id_ed25519").read_bytes()
 
     refused = make_keys(keys)
-    assert refused.returncode == 1
+    assert refused.returncode == 2  # bad input: --force was not given
     assert refused.stderr.strip().splitlines() == [
         f"cluster_keys.sh: error: {keys}/id_ed25519 exists; pass --force to replace it"]
     assert (keys / "id_ed25519").read_bytes() == private

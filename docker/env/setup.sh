@@ -102,7 +102,7 @@ for p in "${packages[@]}"; do
 done
 if [[ ${#missing[@]} -gt 0 ]]; then
   if [[ $apt -eq 0 ]]; then
-    echo "setup.sh: error: missing system packages: ${missing[*]}" >&2; exit 1
+    die "missing system packages: ${missing[*]}"
   fi
   sudo=""
   [[ $(id -u) -eq 0 ]] || sudo="sudo"
@@ -114,10 +114,8 @@ fi
 
 # Python environment, pinned by the lock beside this file.
 if [[ ! -x "$venv/bin/python" ]]; then
-  "$python" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null || {
-    echo "setup.sh: error: Python 3.11 needed (the lock is for 3.11; TensorFlow 2.15 and MXNet 1.9 stop there); $python is $("$python" --version 2>&1); set PYTHON" >&2
-    exit 1
-  }
+  "$python" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null ||
+    die "Python 3.11 needed (the lock is for 3.11; TensorFlow 2.15 and MXNet 1.9 stop there); $python is $("$python" --version 2>&1); set PYTHON"
   echo "setup.sh: creating $venv"
   "$python" -m venv "$venv"
 fi
