@@ -309,19 +309,14 @@ def trainer_inputs(mnist_dir, tmp_path_factory) -> dict:
         shutil.copytree(good_raw, mnist.raw_dir(root / name))
         return mnist.raw_dir(root / name)
 
+    # A subset is written as plain files, the ones a reader takes first.
     images = mnist.read_pair(good_raw, "train").images
-    raw = damaged("bad-magic")
-    (raw / "train-images-idx3-ubyte.gz").unlink()
-    mnist.write_idx(raw / "train-images-idx3-ubyte", images)
-    plain = raw / "train-images-idx3-ubyte"
+    plain = damaged("bad-magic") / "train-images-idx3-ubyte"
     plain.write_bytes(b"\x00\x00\x04\xd2" + plain.read_bytes()[4:])  # magic 1234
-    raw = damaged("truncated")
-    (raw / "train-images-idx3-ubyte.gz").unlink()
-    mnist.write_idx(raw / "train-images-idx3-ubyte", images)
-    plain = raw / "train-images-idx3-ubyte"
+    plain = damaged("truncated") / "train-images-idx3-ubyte"
     plain.write_bytes(plain.read_bytes()[:-100])
     raw = damaged("count")
-    mnist.write_idx(raw / "train-labels-idx1-ubyte.gz", np.zeros(len(images) - 1, np.uint8))
+    mnist.write_idx(raw / "train-labels-idx1-ubyte", np.zeros(len(images) - 1, np.uint8))
 
     model = build_model("mnist_cnn")
     checkpoint.save(root, model, torch.optim.SGD(model.parameters(), lr=0.1), "mnist_cnn", 1, {})
@@ -338,7 +333,7 @@ TRAINER_CASES = [
     ("truncated file", ["--data-dir", "{root}/truncated"],
      "train-images-idx3-ubyte: truncated: header declares 8000x28x28 = 6272000 bytes"),
     ("label count differs from image count", ["--data-dir", "{root}/count"],
-     "holds 8000 images but {root}/count/MNIST/raw/train-labels-idx1-ubyte.gz holds "
+     "holds 8000 images but {root}/count/MNIST/raw/train-labels-idx1-ubyte holds "
      "7999 labels"),
     ("batch larger than a rank's shard", ["--data-dir", "{good}", "--batch-size", "5000"],
      "--batch-size 5000 is larger than a rank's shard: 8000 training images over 2 ranks "
