@@ -13,6 +13,7 @@ import numpy as np
 
 from horovod_train import metrics, mnist, sharding
 from horovod_train.errors import UserError
+from horovod_train.options import RunConfig
 
 
 @dataclass(frozen=True)
@@ -70,24 +71,25 @@ def check_all_ranks(hvd, step, name: str):
     return result
 
 
-def prepare_run(hvd, rt: Runtime, args) -> tuple:
+def prepare_run(hvd, rt: Runtime, config: RunConfig) -> tuple:
     """Every rank reads MNIST (the train and test splits), then rank 0 makes
     the output directories, so bad data leaves no directory behind; a failure
     anywhere stops all ranks."""
     splits = check_all_ranks(
-        hvd, lambda: mnist.load_train_test(args.data_dir, download=not args.no_download), "data")
+        hvd, lambda: mnist.load_train_test(config.data_dir, download=not config.no_download),
+        "data")
     n_train = len(splits[0])
     if n_train == 0:
         raise UserError(f"{n_train} training images cannot be shared by {rt.size} ranks")
     # A batch larger than the shard would train one partial batch an epoch
     # and end far below the accuracy the command suggests, without a word.
     shard = sharding.shard_size(n_train, rt.size)
-    if args.batch_size > shard:
-        raise UserError(f"--batch-size {args.batch_size} is larger than a rank's shard: "
+    if config.batch_size > shard:
+        raise UserError(f"--batch-size {config.batch_size} is larger than a rank's shard: "
                         f"{n_train} training images over {rt.size} ranks are {shard} "
                         "per rank; use a smaller batch or fewer ranks")
     check_all_ranks(hvd, lambda: rt.is_root and metrics.prepare_output_dirs(
-        args.log_dir, args.checkpoint_dir), "dirs")
+        config.log_dir, config.checkpoint_dir), "dirs")
     return splits
 
 

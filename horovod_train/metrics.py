@@ -167,7 +167,7 @@ def rank_figures(runtime, images: int, step_seconds: float, train_seconds: float
 
 
 def build_summary(framework: str, model: str, runtime, ranks: list[dict], test_metrics: dict,
-                  epochs: int, epochs_done: int, wall_seconds: float, options) -> dict:
+                  epochs: int, epochs_done: int, wall_seconds: float, config) -> dict:
     """The run's summary from every rank's figures; totals are sums over ranks."""
     ranks = [dict(r) for r in ranks]
     digests = [r.pop("digest") for r in ranks]
@@ -189,8 +189,7 @@ def build_summary(framework: str, model: str, runtime, ranks: list[dict], test_m
         "weights_identical": len(set(digests)) == 1,
         "weights_digest": digests[0],
         "rank_digests": digests,
-        "options": {k: str(v) if isinstance(v, os.PathLike) else v
-                    for k, v in vars(options).items()},
+        "options": config.as_record(),
     }
 
 

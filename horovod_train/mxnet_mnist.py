@@ -18,20 +18,20 @@ from horovod_train import options  # noqa: E402
 from horovod_train.errors import run_main  # noqa: E402
 
 
-def parse_args(argv: list[str]):
+def parse_args(argv: list[str]) -> options.RunConfig:
     parser = options.base_parser("mxnet_mnist.py", "Train MNIST with MXNet and Horovod.")
     return options.finish(parser.parse_args(argv))
 
 
 def main() -> int:
-    args = parse_args(sys.argv[1:])
+    config = parse_args(sys.argv[1:])
     from horovod_train.distributed import threads_before_init
 
     # MXNet sizes its OpenMP pool when it is imported: share the cores first.
-    os.environ["OMP_NUM_THREADS"] = str(threads_before_init(args.threads))
+    os.environ["OMP_NUM_THREADS"] = str(threads_before_init(config.threads))
     from horovod_train import train_mxnet
 
-    train_mxnet.run(args)
+    train_mxnet.run(config)
     return 0
 
 

@@ -1,6 +1,10 @@
-"""Command-line options shared by the trainers."""
+"""Command-line options shared by the trainers, and the run configuration
+they are read into once: a typed, frozen RunConfig that the trainers take
+instead of argparse's Namespace."""
 
 import argparse
+import dataclasses
+import os
 from pathlib import Path
 
 
@@ -103,11 +107,57 @@ def base_parser(prog: str, description: str) -> argparse.ArgumentParser:
     return parser
 
 
-def finish(args: argparse.Namespace) -> argparse.Namespace:
-    """Fill in the defaults that depend on other options."""
-    if args.checkpoint_dir is None:
-        args.checkpoint_dir = args.log_dir / "checkpoints"
-    return args
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """Every trainer option, read once (see --help for each). Options that
+    only the PyTorch trainer offers keep their defaults in the others."""
+
+    data_dir: Path
+    no_download: bool
+    epochs: int
+    batch_size: int
+    test_batch_size: int
+    lr: float
+    warmup_epochs: float
+    momentum: float
+    seed: int
+    target_accuracy: float | None
+    fp16_allreduce: bool
+    use_adasum: bool
+    no_cuda: bool
+    threads: int | None
+    log_dir: Path
+    checkpoint_dir: Path
+    resume: bool
+    no_progress: bool
+    progress_every: float
+    # PyTorch only.
+    model: str = "mnist_cnn"
+    backward_passes_per_step: int = 1
+    sync_bn: bool = False
+    data_pipeline: str = "memory"
+    num_workers: int | None = None
+    preset: str | None = None
+    elastic: bool = False
+    commit_every: int = 10
+    benchmark_steps: int | None = None
+    warmup_steps: int = 5
+    synthetic: bool = False
+    image_size: int = 224
+
+    def as_record(self) -> dict:
+        """The options as JSON values, for summary.json."""
+        return {k: str(v) if isinstance(v, os.PathLike) else v
+                for k, v in dataclasses.asdict(self).items()}
+
+
+def finish(args: argparse.Namespace) -> RunConfig:
+    """The run configuration: parsed options, and the defaults that depend
+    on other options."""
+    values = vars(args)
+    if values["checkpoint_dir"] is None:
+        values["checkpoint_dir"] = args.log_dir / "checkpoints"
+    return RunConfig(**values)
 
 
 def add_benchmark_options(parser: argparse.ArgumentParser) -> None:

@@ -21,7 +21,7 @@ from horovod_train.models import MNIST_MODELS, MODELS  # noqa: E402
 from horovod_train.presets import PRESETS, describe_preset  # noqa: E402
 
 
-def parse_args(argv: list[str]):
+def parse_args(argv: list[str]) -> options.RunConfig:
     parser = options.base_parser("pytorch_mnist.py", "Train MNIST with PyTorch and Horovod.")
     torch_options = parser.add_argument_group("pytorch")
     torch_options.add_argument("--model", choices=sorted(MODELS), default="mnist_cnn")
@@ -71,18 +71,18 @@ def parse_args(argv: list[str]):
 
 
 def main() -> int:
-    args = parse_args(sys.argv[1:])
+    config = parse_args(sys.argv[1:])
     # Imported after parsing, so --help and option errors answer at once.
     from horovod_train import train_torch
 
-    if args.elastic:
+    if config.elastic:
         from horovod_train import train_torch_elastic
 
-        train_torch_elastic.run(args)
-    elif args.benchmark_steps:
-        train_torch.benchmark(args)
+        train_torch_elastic.run(config)
+    elif config.benchmark_steps:
+        train_torch.benchmark(config)
     else:
-        train_torch.run(args)
+        train_torch.run(config)
     return 0
 
 

@@ -18,20 +18,20 @@ from horovod_train import options  # noqa: E402
 from horovod_train.errors import run_main  # noqa: E402
 
 
-def parse_args(argv: list[str]):
+def parse_args(argv: list[str]) -> options.RunConfig:
     parser = options.base_parser("tensorflow2_mnist.py",
                                  "Train MNIST with TensorFlow 2 and Horovod.")
     return options.finish(parser.parse_args(argv))
 
 
 def main() -> int:
-    args = parse_args(sys.argv[1:])
+    config = parse_args(sys.argv[1:])
     # TensorFlow's start-up INFO lines would drown each rank's output.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     # Imported after parsing, so --help and option errors answer at once.
     from horovod_train import train_tensorflow
 
-    train_tensorflow.run(args)
+    train_tensorflow.run(config)
     return 0
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from horovod_train import console, lr_schedule, metrics
+from horovod_train.options import RunConfig
 
 # (loss sum, correct, images) of a batch: numbers, or tensors on the device.
 BatchSums = tuple[Any, Any, int]
@@ -84,30 +85,30 @@ def evaluate(steps: Steps) -> dict:
     return {"test_loss": loss_sum / count, "test_accuracy": correct / count}
 
 
-def fit(args, rt, steps: Steps, n_train: int, n_test: int, epochs_done: int, framework: str,
-        model_name: str, lr_scale: float, started: float) -> dict:
-    """Train from `epochs_done` to args.epochs, or to the first epoch that
-    reaches args.target_accuracy; return the run's summary."""
+def fit(config: RunConfig, rt, steps: Steps, n_train: int, n_test: int, epochs_done: int,
+        framework: str, model_name: str, lr_scale: float, started: float) -> dict:
+    """Train from `epochs_done` to config.epochs, or to the first epoch that
+    reaches config.target_accuracy; return the run's summary."""
     steps_per_epoch = steps.batches_per_epoch // steps.batches_per_step
-    log = metrics.MetricsLog(args.log_dir, enabled=rt.is_root, epochs_done=epochs_done)
-    metrics.announce(rt, framework, model_name, n_train, n_test, args.lr, lr_scale, epochs_done)
+    log = metrics.MetricsLog(config.log_dir, enabled=rt.is_root, epochs_done=epochs_done)
+    metrics.announce(rt, framework, model_name, n_train, n_test, config.lr, lr_scale, epochs_done)
 
     def scheduled_lr(step: int) -> float:
-        return lr_schedule.learning_rate(step, steps_per_epoch, args.epochs, args.lr, lr_scale,
-                                         args.warmup_epochs)
+        return lr_schedule.learning_rate(step, steps_per_epoch, config.epochs, config.lr, lr_scale,
+                                         config.warmup_epochs)
 
     lr_at = steps.lr_at or scheduled_lr
 
     images_seen, step_seconds = 0, 0.0
     test_metrics = {"test_loss": math.nan, "test_accuracy": math.nan}
-    target = {"target_accuracy": args.target_accuracy, "target_reached_epoch": None,
+    target = {"target_accuracy": config.target_accuracy, "target_reached_epoch": None,
               "time_to_target_s": None}
     training_started = time.perf_counter()  # options.TIMES_EPILOG
-    for epoch in range(epochs_done, args.epochs):
+    for epoch in range(epochs_done, config.epochs):
         steps.start_epoch(epoch)
-        bar = console.progress(steps.batches_per_epoch, f"epoch {epoch + 1}/{args.epochs}",
-                               enabled=rt.is_root and not args.no_progress,
-                               every_s=args.progress_every)
+        bar = console.progress(steps.batches_per_epoch, f"epoch {epoch + 1}/{config.epochs}",
+                               enabled=rt.is_root and not config.no_progress,
+                               every_s=config.progress_every)
         tic = time.perf_counter()
         loss_sum, correct, count = train_epoch(
             steps.train_batch, steps.set_lr,
@@ -121,8 +122,8 @@ def fit(args, rt, steps: Steps, n_train: int, n_test: int, epochs_done: int, fra
         steps.average_buffers()
         test_metrics = evaluate(steps)
         # Every rank sees the same accuracy (summed over ranks), so all stop together.
-        reached = (args.target_accuracy is not None
-                   and test_metrics["test_accuracy"] >= args.target_accuracy)
+        reached = (config.target_accuracy is not None
+                   and test_metrics["test_accuracy"] >= config.target_accuracy)
         if reached:
             target.update(target_reached_epoch=epoch + 1,
                           time_to_target_s=time.perf_counter() - training_started)
@@ -136,19 +137,19 @@ def fit(args, rt, steps: Steps, n_train: int, n_test: int, epochs_done: int, fra
             steps.save_checkpoint(epoch + 1, {"metrics": record, "world_size": rt.size})
             console.say(metrics.format_epoch(record))
             if reached:
-                console.say(f"reached test accuracy {args.target_accuracy} after epoch "
+                console.say(f"reached test accuracy {config.target_accuracy} after epoch "
                             f"{epoch + 1}, {target['time_to_target_s']:.1f} s of training")
         steps.end_epoch(epoch)
         if reached:
             break
     train_seconds = time.perf_counter() - training_started
     log.close()
-    if epochs_done >= args.epochs:
+    if epochs_done >= config.epochs:
         test_metrics = evaluate(steps)
 
     mine = metrics.rank_figures(rt, images_seen, step_seconds, train_seconds, steps.digest())
     ranks = steps.allgather_object(mine, name="summary")
-    summary = metrics.build_summary(framework, model_name, rt, ranks, test_metrics, args.epochs,
-                                    epochs_done, time.perf_counter() - started, args)
+    summary = metrics.build_summary(framework, model_name, rt, ranks, test_metrics, config.epochs,
+                                    epochs_done, time.perf_counter() - started, config)
     summary.update(target)
-    return metrics.finish_run(rt, args.log_dir, summary)
+    return metrics.finish_run(rt, config.log_dir, summary)

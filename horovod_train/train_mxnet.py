@@ -2,7 +2,6 @@
 shared epoch loop (train_loop.py). MXNet sizes its OpenMP pool when it is
 imported, so mxnet_mnist.py sets OMP_NUM_THREADS before importing this."""
 
-import argparse
 import os
 import tempfile
 import time
@@ -23,6 +22,7 @@ from horovod_train import (
     train_loop,
 )
 from horovod_train.errors import UserError
+from horovod_train.options import RunConfig
 
 MODEL_NAME = "mnist_cnn"
 TRAINER_STATES = "trainer/states"
@@ -53,29 +53,29 @@ def build_model() -> nn.HybridSequential:
     return net
 
 
-def run(args: argparse.Namespace) -> dict:
+def run(config: RunConfig) -> dict:
     started = time.perf_counter()
     hvd.init()
-    use_gpu = not args.no_cuda and mx.context.num_gpus() > 0
+    use_gpu = not config.no_cuda and mx.context.num_gpus() > 0
     context = mx.gpu(hvd.local_rank() % mx.context.num_gpus()) if use_gpu else mx.cpu()
-    mx.random.seed(args.seed)
-    np.random.seed(args.seed)
+    mx.random.seed(config.seed)
+    np.random.seed(config.seed)
     rt = distributed.describe(hvd, f"gpu:{context.device_id}" if use_gpu else "cpu",
                               int(os.environ.get("OMP_NUM_THREADS", "0")))
-    if args.use_adasum:
+    if config.use_adasum:
         raise UserError("--use-adasum: Horovod's MXNet DistributedTrainer has no Adasum "
                         "(use the PyTorch or TensorFlow trainer)")
-    train, test = distributed.prepare_run(hvd, rt, args)
+    train, test = distributed.prepare_run(hvd, rt, config)
 
     net = build_model()
     net.initialize(mx.init.Xavier(magnitude=2.24), ctx=context)
     net.hybridize(static_alloc=True)
     params = net.collect_params()
     trainer = hvd.DistributedTrainer(
-        params, "sgd", {"learning_rate": args.lr, "momentum": args.momentum},
-        compression=hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none)
+        params, "sgd", {"learning_rate": config.lr, "momentum": config.momentum},
+        compression=hvd.Compression.fp16 if config.fp16_allreduce else hvd.Compression.none)
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
-    path = array_checkpoint.checkpoint_path(args.checkpoint_dir)
+    path = array_checkpoint.checkpoint_path(config.checkpoint_dir)
 
     def state_arrays() -> dict[str, np.ndarray]:
         arrays = {name: p.data(context).asnumpy() for name, p in sorted(params.items())}
@@ -95,13 +95,13 @@ def run(args: argparse.Namespace) -> dict:
         return epochs_done
 
     epochs_done = 0
-    if args.resume:
+    if config.resume:
         epochs_done = distributed.resume_on_root(hvd, rt, restore)
         if epochs_done:
             states = hvd.broadcast_object(trainer_states(trainer) if rt.is_root else None,
                                           root_rank=0, name="trainer_states")
             load_trainer_states(trainer, states)
-    metrics.note_checkpoint(rt, path, args.resume)
+    metrics.note_checkpoint(rt, path, config.resume)
     # Every rank starts from rank 0's weights.
     hvd.broadcast_parameters(params, root_rank=0)
 
@@ -131,16 +131,16 @@ def run(args: argparse.Namespace) -> dict:
         return summed.asnumpy().tolist()
 
     def save_checkpoint(epochs_done: int, extra: dict):
-        array_checkpoint.save(args.checkpoint_dir, "mxnet", MODEL_NAME, epochs_done,
+        array_checkpoint.save(config.checkpoint_dir, "mxnet", MODEL_NAME, epochs_done,
                               state_arrays(), extra)
 
     steps = train_loop.Steps(
-        batches_per_epoch=array_data.batches_per_epoch(train, rt.size, args.batch_size),
+        batches_per_epoch=array_data.batches_per_epoch(train, rt.size, config.batch_size),
         epoch_batches=lambda epoch: array_data.epoch_batches(train, rt.rank, rt.size, epoch,
-                                                             args.seed, args.batch_size),
+                                                             config.seed, config.batch_size),
         train_batch=train_batch,
         eval_batches=lambda: array_data.eval_batches(test, rt.rank, rt.size,
-                                                     args.test_batch_size),
+                                                     config.test_batch_size),
         eval_batch=eval_batch,
         set_lr=trainer.set_learning_rate,
         sum_across_ranks=sum_across_ranks,
@@ -151,7 +151,7 @@ def run(args: argparse.Namespace) -> dict:
         allgather_object=hvd.allgather_object,
     )
     scale = lr_schedule.lr_scale(rt.size, False, rt.local_size, on_gpu=use_gpu)
-    return train_loop.fit(args, rt, steps, len(train), len(test), epochs_done, "mxnet",
+    return train_loop.fit(config, rt, steps, len(train), len(test), epochs_done, "mxnet",
                           MODEL_NAME, scale, started)
 
 

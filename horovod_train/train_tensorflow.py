@@ -1,7 +1,6 @@
 """The TensorFlow 2 training run: Keras model, a custom step with
 hvd.DistributedGradientTape, and the shared epoch loop (train_loop.py)."""
 
-import argparse
 import time
 
 import horovod.tensorflow as hvd
@@ -16,6 +15,7 @@ from horovod_train import (
     metrics,
     train_loop,
 )
+from horovod_train.options import RunConfig
 
 MODEL_NAME = "mnist_cnn"
 
@@ -68,21 +68,21 @@ def model_arrays(model: tf.keras.Model, optimizer) -> dict[str, tf.Variable]:
     return named
 
 
-def run(args: argparse.Namespace) -> dict:
+def run(config: RunConfig) -> dict:
     started = time.perf_counter()
-    rt = init(use_gpu=not args.no_cuda, threads=args.threads, seed=args.seed)
-    distributed.check_controller(args.use_adasum, rt.controller, "tensorflow")
-    train, test = distributed.prepare_run(hvd, rt, args)
+    rt = init(use_gpu=not config.no_cuda, threads=config.threads, seed=config.seed)
+    distributed.check_controller(config.use_adasum, rt.controller, "tensorflow")
+    train, test = distributed.prepare_run(hvd, rt, config)
 
     model = build_model()
-    optimizer = tf.keras.optimizers.SGD(learning_rate=args.lr, momentum=args.momentum)
+    optimizer = tf.keras.optimizers.SGD(learning_rate=config.lr, momentum=config.momentum)
     optimizer.build(model.trainable_variables)  # creates the momentum slots now
-    compression = hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none
-    op = hvd.Adasum if args.use_adasum else hvd.Average
+    compression = hvd.Compression.fp16 if config.fp16_allreduce else hvd.Compression.none
+    op = hvd.Adasum if config.use_adasum else hvd.Average
     loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True,
                                                             reduction="sum")
     variables = model_arrays(model, optimizer)
-    path = array_checkpoint.checkpoint_path(args.checkpoint_dir)
+    path = array_checkpoint.checkpoint_path(config.checkpoint_dir)
 
     def restore() -> int:
         if not path.exists():
@@ -94,9 +94,9 @@ def run(args: argparse.Namespace) -> dict:
         return epochs_done
 
     epochs_done = 0
-    if args.resume:
+    if config.resume:
         epochs_done = distributed.resume_on_root(hvd, rt, restore)
-    metrics.note_checkpoint(rt, path, args.resume)
+    metrics.note_checkpoint(rt, path, config.resume)
     # Every rank starts from rank 0's weights and optimizer state.
     hvd.broadcast_variables(model.variables, root_rank=0)
     hvd.broadcast_variables(optimizer.variables, root_rank=0)
@@ -136,16 +136,16 @@ def run(args: argparse.Namespace) -> dict:
         return summed.numpy().tolist()
 
     def save_checkpoint(epochs_done: int, extra: dict):
-        array_checkpoint.save(args.checkpoint_dir, "tensorflow", MODEL_NAME, epochs_done,
+        array_checkpoint.save(config.checkpoint_dir, "tensorflow", MODEL_NAME, epochs_done,
                               {n: v.numpy() for n, v in variables.items()}, extra)
 
     steps = train_loop.Steps(
-        batches_per_epoch=array_data.batches_per_epoch(train, rt.size, args.batch_size),
+        batches_per_epoch=array_data.batches_per_epoch(train, rt.size, config.batch_size),
         epoch_batches=lambda epoch: array_data.epoch_batches(train, rt.rank, rt.size, epoch,
-                                                             args.seed, args.batch_size),
+                                                             config.seed, config.batch_size),
         train_batch=batch_runner(train_step),
         eval_batches=lambda: array_data.eval_batches(test, rt.rank, rt.size,
-                                                     args.test_batch_size),
+                                                     config.test_batch_size),
         eval_batch=batch_runner(eval_step),
         set_lr=optimizer.learning_rate.assign,
         sum_across_ranks=sum_across_ranks,
@@ -154,9 +154,9 @@ def run(args: argparse.Namespace) -> dict:
         digest=lambda: distributed.digest((v.name, v.numpy()) for v in model.weights),
         allgather_object=hvd.allgather_object,
     )
-    scale = lr_schedule.lr_scale(rt.size, args.use_adasum, rt.local_size,
+    scale = lr_schedule.lr_scale(rt.size, config.use_adasum, rt.local_size,
                                  on_gpu=rt.device != "cpu")
-    return train_loop.fit(args, rt, steps, len(train), len(test), epochs_done, "tensorflow",
+    return train_loop.fit(config, rt, steps, len(train), len(test), epochs_done, "tensorflow",
                           MODEL_NAME, scale, started)
 
 

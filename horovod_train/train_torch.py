@@ -2,7 +2,6 @@
 checkpoints and the closing summary. Every rank runs all of it; only rank 0
 writes files and prints."""
 
-import argparse
 import contextlib
 import itertools
 import time
@@ -26,6 +25,7 @@ from horovod_train import (
 )
 from horovod_train.errors import UserError
 from horovod_train.models import build_model, convert_sync_batchnorm, input_shape
+from horovod_train.options import RunConfig
 
 
 def init(use_cuda: bool, threads: int | None, seed: int) -> tuple[distributed.Runtime,
@@ -113,55 +113,55 @@ def distributed_optimizer(model: nn.Module, lr: float, momentum: float, fp16_all
     )
 
 
-def run(args: argparse.Namespace) -> dict:
+def run(config: RunConfig) -> dict:
     """The training run (the shared epoch loop, train_loop.fit, with the
     PyTorch steps below)."""
     started = time.perf_counter()
-    rt, device = init(use_cuda=not args.no_cuda, threads=args.threads, seed=args.seed)
+    rt, device = init(use_cuda=not config.no_cuda, threads=config.threads, seed=config.seed)
     on_cuda = device.type == "cuda"
-    distributed.check_controller(args.use_adasum, rt.controller, "pytorch")
-    if args.sync_bn and not on_cuda:
+    distributed.check_controller(config.use_adasum, rt.controller, "pytorch")
+    if config.sync_bn and not on_cuda:
         raise UserError("--sync-bn needs GPUs: Horovod's SyncBatchNorm works on CUDA tensors only")
-    train_split, test_split = distributed.prepare_run(hvd, rt, args)
-    workers = args.num_workers if args.num_workers is not None else (2 if on_cuda else 0)
-    train_batches = training_batches(args.data_pipeline, train_split, args.batch_size, rt,
-                                     args.seed, device, workers)
-    eval_batches = evaluation_batches(args.data_pipeline, test_split, args.test_batch_size, rt,
+    train_split, test_split = distributed.prepare_run(hvd, rt, config)
+    workers = config.num_workers if config.num_workers is not None else (2 if on_cuda else 0)
+    train_batches = training_batches(config.data_pipeline, train_split, config.batch_size, rt,
+                                     config.seed, device, workers)
+    eval_batches = evaluation_batches(config.data_pipeline, test_split, config.test_batch_size, rt,
                                       device)
 
-    model = build_model(args.model)
-    if args.sync_bn:
+    model = build_model(config.model)
+    if config.sync_bn:
         model = convert_sync_batchnorm(model, hvd.SyncBatchNorm)
     model.to(device)
-    scale = lr_schedule.lr_scale(rt.size, args.use_adasum, rt.local_size, on_cuda)
-    optimizer = distributed_optimizer(model, args.lr, args.momentum, args.fp16_allreduce,
-                                      args.use_adasum, args.backward_passes_per_step)
+    scale = lr_schedule.lr_scale(rt.size, config.use_adasum, rt.local_size, on_cuda)
+    optimizer = distributed_optimizer(model, config.lr, config.momentum, config.fp16_allreduce,
+                                      config.use_adasum, config.backward_passes_per_step)
 
     epochs_done = 0
-    if args.resume:
+    if config.resume:
         epochs_done = distributed.resume_on_root(hvd, rt, lambda: checkpoint.resume(
-            args.checkpoint_dir, model, optimizer, args.model))
-    metrics.note_checkpoint(rt, checkpoint.checkpoint_path(args.checkpoint_dir), args.resume)
+            config.checkpoint_dir, model, optimizer, config.model))
+    metrics.note_checkpoint(rt, checkpoint.checkpoint_path(config.checkpoint_dir), config.resume)
     # Every rank starts from rank 0's weights and optimizer state.
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 
     amp_dtype, use_scaler = amp_settings(device)
     scaler = torch.amp.GradScaler("cuda", enabled=use_scaler)
-    passes = args.backward_passes_per_step
+    passes = config.backward_passes_per_step
     # Same count on every rank (the shards are padded): whole optimizer steps only.
     batches_per_epoch = len(train_batches) // passes * passes
     if batches_per_epoch == 0:
         raise UserError(
             f"{len(train_split)} training images over {rt.size} ranks give fewer than "
-            f"{passes} batches of {args.batch_size} per rank"
+            f"{passes} batches of {config.batch_size} per rank"
         )
 
     def start_epoch(epoch: int) -> None:
         model.train()
         # Dropout draws depend on (seed, epoch, rank) only, so a resumed run
         # repeats what an uninterrupted one would have drawn.
-        torch.manual_seed(args.seed * 1_000_003 + epoch * 1009 + rt.rank)
+        torch.manual_seed(config.seed * 1_000_003 + epoch * 1009 + rt.rank)
 
     steps = train_loop.Steps(
         batches_per_epoch=batches_per_epoch,
@@ -173,15 +173,15 @@ def run(args: argparse.Namespace) -> dict:
         sum_across_ranks=sum_across_ranks,
         average_buffers=lambda: average_buffers(model),
         save_checkpoint=lambda epochs, extra: checkpoint.save(
-            args.checkpoint_dir, model, optimizer, args.model, epochs, extra=extra),
+            config.checkpoint_dir, model, optimizer, config.model, epochs, extra=extra),
         digest=lambda: state_digest(model),
         allgather_object=hvd.allgather_object,
         start_epoch=start_epoch,
         start_eval=model.eval,
         batches_per_step=passes,
     )
-    return train_loop.fit(args, rt, steps, len(train_split), len(test_split), epochs_done,
-                          "pytorch", args.model, scale, started)
+    return train_loop.fit(config, rt, steps, len(train_split), len(test_split), epochs_done,
+                          "pytorch", config.model, scale, started)
 
 
 def set_lr(optimizer, lr: float) -> None:
@@ -239,40 +239,41 @@ def autocast(device: torch.device, amp_dtype: torch.dtype | None):
             else contextlib.nullcontext())
 
 
-def benchmark(args: argparse.Namespace) -> dict:
+def benchmark(config: RunConfig) -> dict:
     """Time --benchmark-steps training steps (after --warmup-steps) with
     Horovod; rank 0 writes every rank's figures to LOG_DIR/benchmark.json."""
-    rt, device = init(use_cuda=not args.no_cuda, threads=args.threads, seed=args.seed)
+    rt, device = init(use_cuda=not config.no_cuda, threads=config.threads, seed=config.seed)
     distributed.check_all_ranks(hvd, lambda: rt.is_root and metrics.prepare_output_dirs(
-        args.log_dir, args.log_dir), "dirs")
-    model = build_model(args.model).to(device)
-    if args.synthetic:
-        shape, classes = input_shape(args.model, args.image_size)
-        batches = benchmark_loop.synthetic_batches(args.batch_size, shape, classes, device)
+        config.log_dir, config.log_dir), "dirs")
+    model = build_model(config.model).to(device)
+    if config.synthetic:
+        shape, classes = input_shape(config.model, config.image_size)
+        batches = benchmark_loop.synthetic_batches(config.batch_size, shape, classes, device)
     else:
         train_split = distributed.check_all_ranks(
-            hvd, lambda: mnist.load_train_test(args.data_dir, download=not args.no_download)[0],
+            hvd, lambda: mnist.load_train_test(config.data_dir, download=not config.no_download)[0],
             "data")
         batches = benchmark_loop.every_epoch(training_batches(
-            args.data_pipeline, train_split, args.batch_size, rt, args.seed, device, workers=0))
-    optimizer = distributed_optimizer(model, args.lr, args.momentum, args.fp16_allreduce)
+            config.data_pipeline, train_split, config.batch_size, rt, config.seed, device,
+            workers=0))
+    optimizer = distributed_optimizer(model, config.lr, config.momentum, config.fp16_allreduce)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     model.train()
     mine = benchmark_loop.time_steps(benchmark_loop.horovod_step(model, optimizer, batches),
-                                     args.warmup_steps, args.benchmark_steps, args.batch_size,
+                                     config.warmup_steps, config.benchmark_steps, config.batch_size,
                                      device)
     per_rank = hvd.allgather_object(mine, name="benchmark")
     record = benchmark_loop.summarize(per_rank, {
-        "launcher": "horovod", "controller": rt.controller, "model": args.model,
-        "workload": "synthetic" if args.synthetic else "mnist", "device": device.type,
-        "data_pipeline": None if args.synthetic else args.data_pipeline,
-        "batch_per_rank": args.batch_size, "warmup_steps": args.warmup_steps,
-        "steps": args.benchmark_steps, "threads_per_rank": rt.threads,
-        "fp16_allreduce": args.fp16_allreduce,
+        "launcher": "horovod", "controller": rt.controller, "model": config.model,
+        "workload": "synthetic" if config.synthetic else "mnist", "device": device.type,
+        "data_pipeline": None if config.synthetic else config.data_pipeline,
+        "batch_per_rank": config.batch_size, "warmup_steps": config.warmup_steps,
+        "steps": config.benchmark_steps, "threads_per_rank": rt.threads,
+        "fp16_allreduce": config.fp16_allreduce,
         "parameters": sum(p.numel() for p in model.parameters()),
-        "gradient_bytes": benchmark_loop.gradient_bytes(model, args.fp16_allreduce),
+        "gradient_bytes": benchmark_loop.gradient_bytes(model, config.fp16_allreduce),
     }, measures_allreduce=True)
     if rt.is_root:
-        benchmark_loop.write_result(args.log_dir, record)
+        benchmark_loop.write_result(config.log_dir, record)
         console.say(benchmark_loop.format_result(record))
     return record

@@ -17,7 +17,6 @@ hvd.elastic.run. Rank 0 appends every commit and reset to
 LOG_DIR/elastic.jsonl, so an operator (and the tests) can see what was lost:
 a reset resumes at the last commit, never earlier."""
 
-import argparse
 import json
 import math
 import time
@@ -38,6 +37,7 @@ from horovod_train import (
     train_loop,
 )
 from horovod_train.models import build_model
+from horovod_train.options import RunConfig
 from horovod_train.train_torch import (
     average_buffers,
     batch_trainer,
@@ -66,19 +66,20 @@ class EventLog:
                                                     if k not in ("event", "time")))
 
 
-def run(args: argparse.Namespace) -> dict:
+def run(config: RunConfig) -> dict:
     started = time.perf_counter()
-    rt, device = init(use_cuda=not args.no_cuda, threads=args.threads, seed=args.seed)
+    rt, device = init(use_cuda=not config.no_cuda, threads=config.threads, seed=config.seed)
     threads = rt.threads
     if rt.is_root:
-        metrics.prepare_output_dirs(args.log_dir, args.checkpoint_dir)
+        metrics.prepare_output_dirs(config.log_dir, config.checkpoint_dir)
     # Local only (see the module's docstring): a bad data directory ends this rank.
-    train_split, test_split = mnist.load_train_test(args.data_dir, download=not args.no_download)
+    train_split, test_split = mnist.load_train_test(config.data_dir,
+                                                    download=not config.no_download)
     train_data = device_data.DeviceMnist(train_split, device)
     test_data = device_data.DeviceMnist(test_split, device)
-    model = build_model(args.model).to(device)
-    optimizer = distributed_optimizer(model, args.lr, args.momentum, args.fp16_allreduce)
-    events = EventLog(args.log_dir)
+    model = build_model(config.model).to(device)
+    optimizer = distributed_optimizer(model, config.lr, config.momentum, config.fp16_allreduce)
+    events = EventLog(config.log_dir)
     n_train = len(train_data)
 
     state = hvd.elastic.TorchState(model=model, optimizer=optimizer, epoch=0, samples_done=0,
@@ -92,8 +93,8 @@ def run(args: argparse.Namespace) -> dict:
         # The schedule counted in samples, so it does not depend on the
         # number of ranks; the peak scales with the ranks there are now.
         return lr_schedule.learning_rate(
-            state.epoch * n_train + state.samples_done, n_train, args.epochs, args.lr,
-            float(hvd.size()), args.warmup_epochs)
+            state.epoch * n_train + state.samples_done, n_train, config.epochs, config.lr,
+            float(hvd.size()), config.warmup_epochs)
 
     step = batch_trainer(model, optimizer, device, amp_dtype=None,
                          scaler=torch.amp.GradScaler("cuda", enabled=False), passes=1)
@@ -102,9 +103,9 @@ def run(args: argparse.Namespace) -> dict:
         """The step, then the position in the epoch moves on; a commit every
         --commit-every steps."""
         sums = step(images, labels)
-        state.samples_done = min(n_train, state.samples_done + hvd.size() * args.batch_size)
+        state.samples_done = min(n_train, state.samples_done + hvd.size() * config.batch_size)
         state.steps += 1
-        if state.steps % args.commit_every == 0:
+        if state.steps % config.commit_every == 0:
             state.commit()
             events.write("commit", epoch=state.epoch, samples_done=state.samples_done)
         return sums
@@ -113,10 +114,10 @@ def run(args: argparse.Namespace) -> dict:
         """From the position the state holds (after a reset, the last
         commit's) to the end of the epoch, each rank its share of every
         batch of the ranks there are now."""
-        order = sharding.epoch_order(n_train, epoch, args.seed)
+        order = sharding.epoch_order(n_train, epoch, config.seed)
         while state.samples_done < n_train:
             indices = sharding.elastic_batch(order, state.samples_done, hvd.rank(), hvd.size(),
-                                             args.batch_size)
+                                             config.batch_size)
             yield train_data.batch(torch.from_numpy(indices).to(device))
 
     def end_epoch(epoch: int) -> None:
@@ -130,17 +131,17 @@ def run(args: argparse.Namespace) -> dict:
         # there are then, from the epoch and position of the last commit.
         rt = distributed.describe(hvd, str(device), threads)
         steps = train_loop.Steps(
-            batches_per_epoch=math.ceil(n_train / (rt.size * args.batch_size)),
+            batches_per_epoch=math.ceil(n_train / (rt.size * config.batch_size)),
             epoch_batches=epoch_batches,
             train_batch=train_batch,
             eval_batches=lambda: test_data.batches(
-                sharding.eval_indices(len(test_data), rt.rank, rt.size), args.test_batch_size),
+                sharding.eval_indices(len(test_data), rt.rank, rt.size), config.test_batch_size),
             eval_batch=lambda images, labels: eval_batch(model, images, labels, device, None),
             set_lr=lambda lr: set_lr(optimizer, lr),
             sum_across_ranks=sum_across_ranks,
             average_buffers=lambda: average_buffers(model),
             save_checkpoint=lambda epochs, extra: checkpoint.save(
-                args.checkpoint_dir, model, optimizer, args.model, epochs, extra=extra),
+                config.checkpoint_dir, model, optimizer, config.model, epochs, extra=extra),
             digest=lambda: state_digest(model),
             allgather_object=hvd.allgather_object,
             start_epoch=lambda _: model.train(),
@@ -148,7 +149,7 @@ def run(args: argparse.Namespace) -> dict:
             lr_at=lr_now,
             end_epoch=end_epoch,
         )
-        return train_loop.fit(args, rt, steps, n_train, len(test_data), state.epoch, "pytorch",
-                              args.model, float(hvd.size()), started)
+        return train_loop.fit(config, rt, steps, n_train, len(test_data), state.epoch, "pytorch",
+                              config.model, float(hvd.size()), started)
 
     return train(state)

@@ -111,6 +111,12 @@ def test_losing_host_b_keeps_training_on_a_and_b_rejoins(cluster, mnist_dir, tmp
     assert summary["size"] == 4 and summary["weights_identical"]
     assert summary["test_accuracy"] >= 0.95
     assert {e["size"] for e in log} == {2, 4}
+    # The same outputs as any run: every epoch logged once, whatever the resets.
+    epochs = [json.loads(line)["epoch"] for line in
+              (log_dir / "metrics.jsonl").read_text().splitlines()]
+    assert epochs == list(range(1, 15))
+    assert summary["epochs"] == 14 and summary["options"]["elastic"] is True
+    assert 0 < summary["train_time_s"] < summary["wall_time_s"]
     print(f"host b lost: reset after {reset['time'] - killed_at:.1f} s, back at the commit "
           f"of epoch {reset['epoch']} sample {reset['samples_done']}; b back: 4 ranks after "
           f"{rejoined['time'] - back_at:.1f} s; test accuracy {summary['test_accuracy']:.4f}")

@@ -9,6 +9,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from horovod_train import metrics
 from horovod_train.errors import UserError
+from horovod_train.pytorch_mnist import parse_args
 
 
 def record(epoch, accuracy):
@@ -77,6 +78,7 @@ def test_disabled_log_writes_nothing(tmp_path):
 
 
 RT = SimpleNamespace(size=2, controller="gloo", device="cpu", is_root=True)
+CONFIG = parse_args(["--epochs", "3"])
 
 
 def ranks(digests):
@@ -88,18 +90,21 @@ def ranks(digests):
 def test_summary_totals_are_sums_over_ranks():
     summary = metrics.build_summary("pytorch", "m", RT, ranks(["x", "x"]),
                                     {"test_loss": 0.1, "test_accuracy": 0.9}, 3, 0, 5.0,
-                                    SimpleNamespace(epochs=3))
+                                    CONFIG)
     assert summary["images_per_sec"] == 150.0
     # The slowest rank's times: the run is as slow as its slowest rank.
     assert summary["step_time_s"] == 2.0 and summary["train_time_s"] == 2.5
     assert summary["hosts"] == {"a": 1, "b": 1}
     assert summary["weights_identical"] and "digest" not in summary["ranks"][0]
+    # The run's options, as JSON values.
+    assert summary["options"]["epochs"] == 3 and summary["options"]["data_dir"] == "data"
+    json.dumps(summary)
 
 
 def test_ranks_with_different_weights_fail_the_run(tmp_path):
     summary = metrics.build_summary("pytorch", "m", RT, ranks(["x", "y"]),
                                     {"test_loss": 0.1, "test_accuracy": 0.9}, 3, 0, 5.0,
-                                    SimpleNamespace(epochs=3))
+                                    CONFIG)
     assert summary["weights_identical"] is False
     with pytest.raises(UserError, match="ranks ended with different weights"):
         metrics.finish_run(RT, tmp_path, summary)
@@ -144,6 +149,7 @@ def test_a_checkpoint_used_otherwise_than_the_command_suggests_is_one_note(
 def test_the_closing_lines_split_wall_time_as_help_defines_it():
     summary = metrics.build_summary("pytorch", "m", RT, ranks(["x", "x"]),
                                     {"test_loss": 0.1, "test_accuracy": 0.9}, 3, 0, 5.0,
-                                    SimpleNamespace(epochs=3))
+                                    CONFIG)
     assert ("wall time 5.0 s: 2.5 s training (2.0 s of it in steps), 2.5 s start-up and "
             "summary") in metrics.format_summary(summary)
+

@@ -1,0 +1,23 @@
+"""The trainers' options, read once into a frozen run configuration."""
+
+import dataclasses
+
+import pytest
+
+from horovod_train import mxnet_mnist, pytorch_mnist, tensorflow2_mnist
+from horovod_train.options import RunConfig
+
+
+@pytest.mark.parametrize("entry", [pytorch_mnist, tensorflow2_mnist, mxnet_mnist])
+def test_every_trainer_reads_its_options_into_one_frozen_config(entry):
+    config = entry.parse_args(["--epochs", "3", "--log-dir", "out"])
+    assert isinstance(config, RunConfig) and config.epochs == 3
+    # Defaults that depend on other options are filled in once, here.
+    assert config.checkpoint_dir == config.log_dir / "checkpoints"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.epochs = 4
+
+
+def test_the_summary_record_of_a_config_is_json_values():
+    record = pytorch_mnist.parse_args(["--data-dir", "/data/mnist"]).as_record()
+    assert record["data_dir"] == "/data/mnist" and record["target_accuracy"] is None
