@@ -57,13 +57,21 @@ def test_short_run_reports_the_time_to_a_low_target(t10k_dir, tmp_path):
     assert record["reached"] is True and record["target_accuracy"] == 0.9
     assert record["data"] == {"source": str(t10k_dir), "train": 8000, "test": 2000}
     assert record["trainer_args"] == ["--epochs", "1"]
+    # The user's command, two ranks under horovodrun.
+    assert record["command"][:7] == ["horovodrun", "-np", "2", "-H", "localhost:2", "python",
+                                     "horovod_train/pytorch_mnist.py"]
+    assert record["ranks"] == 2 and "DATA_DIR" in record["command"]
+    assert record["options"]["data_dir"] == "DATA_DIR"  # no temporary paths
     (run,) = record["runs"]
     assert run["target_reached_epoch"] == 1 and run["test_accuracy"] >= 0.9
-    # Training only: less than the trainer's wall time, which includes start-up.
+    # Training only is less than the trainer's wall time, which includes its
+    # start-up; the command's clock holds both, and the answer comes before exit.
     assert 0 < record["time_to_target_s"] == run["time_to_target_s"] < run["wall_time_s"]
+    assert run["time_to_target_s"] < run["command_to_answer_s"] < run["command_wall_s"]
+    assert record["command_to_answer_s"] == run["command_to_answer_s"]
     assert record["options"]["batch_size"] == PRESETS["fast-mnist"]["batch_size"]
-    assert f"{record['time_to_target_s']:.1f} s of training to 90% test accuracy" in \
-        result.stdout
+    assert (f"{record['command_to_answer_s']:.1f} s from the command to 90% test accuracy, "
+            f"{record['time_to_target_s']:.1f} s of it training (medians)") in result.stdout
 
 
 @pytest.mark.slow
@@ -74,6 +82,7 @@ def test_a_target_missed_exits_1_and_says_so(t10k_dir, tmp_path):
     assert result.returncode == 1, result.stderr[-3000:]
     record = json.loads(out.read_text())
     assert record["reached"] is False and record["time_to_target_s"] is None
+    assert record["command_to_answer_s"] is None and record["command_wall_s"] > 0
     assert record["runs"][0]["target_reached_epoch"] is None
     assert "did not reach 100% test accuracy" in result.stdout
 
