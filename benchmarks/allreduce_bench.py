@@ -47,11 +47,9 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path[0] = str(Path(__file__).resolve().parent.parent)  # the checkout's package
-
-from horovod_train.atomic import atomic_write_bytes  # noqa: E402
-from horovod_train.errors import RunFailed, UserError, print_error, run_main  # noqa: E402
-from horovod_train.options import non_negative_int, positive_float, positive_int  # noqa: E402
+from horovod_train.atomic import atomic_write_bytes
+from horovod_train.errors import RunFailed, UserError, print_error, run_main
+from horovod_train.options import non_negative_int, positive_float, positive_int
 
 PROG = "allreduce_bench"
 IMPLEMENTATIONS = ("horovod", "torch", "mpi")  # table order

@@ -16,11 +16,9 @@ import sys
 from datetime import timedelta
 from pathlib import Path
 
-sys.path[0] = str(Path(__file__).resolve().parent.parent)  # the checkout's package
-
-from horovod_train import options  # noqa: E402
-from horovod_train.errors import UserError, run_main  # noqa: E402
-from horovod_train.models import MNIST_MODELS, MODELS  # noqa: E402
+from horovod_train import options
+from horovod_train.errors import UserError, run_main
+from horovod_train.models import MNIST_MODELS, MODELS
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -53,7 +51,8 @@ def main() -> int:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    from horovod_train import benchmark, distributed, metrics, mnist, torch_data
+    from horovod_train import distributed, mnist, outputs, torch_data
+    from horovod_train.bench import timed_steps
     from horovod_train.models import build_model, input_shape
 
     local_rank = int(os.environ["LOCAL_RANK"])
@@ -68,38 +67,38 @@ def main() -> int:
     rank, size = dist.get_rank(), dist.get_world_size()
     try:
         if rank == 0:
-            metrics.prepare_output_dirs(args.log_dir, args.log_dir)
+            outputs.prepare_output_dirs(args.log_dir, args.log_dir)
         model = build_model(args.model).to(device)
         if args.synthetic:
             shape, classes = input_shape(args.model, args.image_size)
-            batches = benchmark.synthetic_batches(args.batch_size, shape, classes, device)
+            batches = timed_steps.synthetic_batches(args.batch_size, shape, classes, device)
         else:
             train_split = mnist.load_train_test(args.data_dir, download=not args.no_download)[0]
             loader, _ = torch_data.train_loader(torch_data.MnistTensors(train_split),
                                                 args.batch_size, rank, size, args.seed,
                                                 workers=0, pin_memory=False)
-            batches = benchmark.loader_batches(loader, device)
+            batches = timed_steps.loader_batches(loader, device)
         # DDP broadcasts rank 0's weights when it wraps the model.
         model = DistributedDataParallel(model, device_ids=[local_rank] if use_cuda else None)
         optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
         model.train()
-        mine = benchmark.time_steps(benchmark.ddp_step(model, optimizer, batches),
+        mine = timed_steps.time_steps(timed_steps.ddp_step(model, optimizer, batches),
                                     args.warmup_steps, args.benchmark_steps, args.batch_size,
                                     device)
         per_rank = [None] * size
         dist.all_gather_object(per_rank, mine)
-        record = benchmark.summarize(per_rank, {
+        record = timed_steps.summarize(per_rank, {
             "launcher": "ddp", "controller": dist.get_backend(), "model": args.model,
             "workload": "synthetic" if args.synthetic else "mnist", "device": device.type,
             "batch_per_rank": args.batch_size, "warmup_steps": args.warmup_steps,
             "steps": args.benchmark_steps, "threads_per_rank": threads,
             "fp16_allreduce": False,
             "parameters": sum(p.numel() for p in model.parameters()),
-            "gradient_bytes": benchmark.gradient_bytes(model, compressed=False),
+            "gradient_bytes": timed_steps.gradient_bytes(model, compressed=False),
         }, measures_allreduce=False)
         if rank == 0:
-            benchmark.write_result(args.log_dir, record)
-            print(benchmark.format_result(record), flush=True)
+            timed_steps.write_result(args.log_dir, record)
+            print(timed_steps.format_result(record), flush=True)
     except BaseException:
         dist.destroy_process_group()
         raise

@@ -32,12 +32,11 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from horovod_train.atomic import atomic_write_bytes, atomic_write_json
+from horovod_train.errors import RunFailed, UserError, run_main
+from horovod_train.launch.hosts import Host, host_list, is_local, read_hostfile
 
-from horovod_train.atomic import atomic_write_bytes, atomic_write_json  # noqa: E402
-from horovod_train.errors import RunFailed, UserError, run_main  # noqa: E402
-from horovod_train.hosts import Host, host_list, is_local, read_hostfile  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 EMULATE = REPO / "scripts" / "emulate_cluster.sh"
 TRAINER = REPO / "horovod_train" / "pytorch_mnist.py"
@@ -196,7 +195,7 @@ def check_reachable(args, hosts: list[str]) -> None:
     """hosts.check_reachable, the launcher's check, run where horovodrun and
     torchrun will run: on emulated host a with --emulate, whose names
     resolve only there."""
-    command = [sys.executable, "-m", "horovod_train.hosts", "-p", str(args.ssh_port), *hosts]
+    command = [sys.executable, "-m", "horovod_train.launch.hosts", "-p", str(args.ssh_port), *hosts]
     result = subprocess.run(on_cluster(args, command), cwd=REPO, capture_output=True, text=True,
                             timeout=120)
     if result.returncode != 0:

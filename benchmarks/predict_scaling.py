@@ -33,12 +33,11 @@ import statistics
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from horovod_train.atomic import atomic_write_bytes, atomic_write_json
+from horovod_train.errors import UserError, run_main
+from horovod_train.options import non_negative_float, positive_float
 
-from horovod_train.atomic import atomic_write_bytes, atomic_write_json  # noqa: E402
-from horovod_train.errors import UserError, run_main  # noqa: E402
-from horovod_train.options import non_negative_float, positive_float  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 PROG = "predict_scaling"
 DEFAULT_LAYOUTS = "1x1,1x2,2x2,2x4,4x8,16x8"

@@ -34,13 +34,12 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path[0] = str(REPO)  # the checkout's package
+from horovod_train import mnist, options
+from horovod_train.atomic import atomic_write_json
+from horovod_train.errors import RunFailed, UserError, run_main
+from horovod_train.presets import PRESETS, describe_preset
 
-from horovod_train import mnist, options  # noqa: E402
-from horovod_train.atomic import atomic_write_json  # noqa: E402
-from horovod_train.errors import RunFailed, UserError, run_main  # noqa: E402
-from horovod_train.presets import PRESETS, describe_preset  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 PROG = "time_to_accuracy.py"
 TRAINER = REPO / "horovod_train" / "pytorch_mnist.py"

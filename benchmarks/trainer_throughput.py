@@ -24,12 +24,10 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path[0] = str(Path(__file__).resolve().parent.parent)  # the checkout's package
-
-from horovod_train import options  # noqa: E402
-from horovod_train.atomic import atomic_write_json  # noqa: E402
-from horovod_train.errors import UserError, run_main  # noqa: E402
-from horovod_train.models import MNIST_MODELS  # noqa: E402
+from horovod_train import options
+from horovod_train.atomic import atomic_write_json
+from horovod_train.errors import UserError, run_main
+from horovod_train.models import MNIST_MODELS
 
 PROG = "trainer_throughput.py"
 GENERATED_SAMPLES = 60_000  # the size of MNIST's training set
@@ -74,7 +72,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main() -> int:
     args = parse_args(sys.argv[1:])
     # Imported after parsing, so --help and option errors answer at once.
-    from horovod_train import mnist, throughput, train_torch
+    from horovod_train import mnist, train_torch
+    from horovod_train.bench import throughput
 
     if args.data_dir is not None:
         split = mnist.load_split(args.data_dir, "train", download=False)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from horovod_train import metrics, mnist, sharding
+from horovod_train import mnist, outputs, sharding
 from horovod_train.errors import UserError
 from horovod_train.options import RunConfig
 
@@ -88,7 +88,7 @@ def prepare_run(hvd, rt: Runtime, config: RunConfig) -> tuple:
         raise UserError(f"--batch-size {config.batch_size} is larger than a rank's shard: "
                         f"{n_train} training images over {rt.size} ranks are {shard} "
                         "per rank; use a smaller batch or fewer ranks")
-    check_all_ranks(hvd, lambda: rt.is_root and metrics.prepare_output_dirs(
+    check_all_ranks(hvd, lambda: rt.is_root and outputs.prepare_output_dirs(
         config.log_dir, config.checkpoint_dir), "dirs")
     return splits
 

@@ -275,5 +275,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The console entry point (pyproject.toml)."""
     run_main(lambda: main(sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    cli()

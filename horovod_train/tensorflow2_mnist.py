@@ -35,5 +35,10 @@ def main() -> int:
     return 0
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The console entry point (pyproject.toml)."""
     run_main(main)
+
+
+if __name__ == "__main__":
+    cli()

@@ -11,7 +11,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from horovod_train import benchmark as benchmark_loop
 from horovod_train import (
     checkpoint,
     console,
@@ -20,9 +19,11 @@ from horovod_train import (
     lr_schedule,
     metrics,
     mnist,
+    outputs,
     torch_data,
     train_loop,
 )
+from horovod_train.bench import timed_steps
 from horovod_train.errors import UserError
 from horovod_train.models import build_model, convert_sync_batchnorm, input_shape
 from horovod_train.options import RunConfig
@@ -243,27 +244,27 @@ def benchmark(config: RunConfig) -> dict:
     """Time --benchmark-steps training steps (after --warmup-steps) with
     Horovod; rank 0 writes every rank's figures to LOG_DIR/benchmark.json."""
     rt, device = init(use_cuda=not config.no_cuda, threads=config.threads, seed=config.seed)
-    distributed.check_all_ranks(hvd, lambda: rt.is_root and metrics.prepare_output_dirs(
+    distributed.check_all_ranks(hvd, lambda: rt.is_root and outputs.prepare_output_dirs(
         config.log_dir, config.log_dir), "dirs")
     model = build_model(config.model).to(device)
     if config.synthetic:
         shape, classes = input_shape(config.model, config.image_size)
-        batches = benchmark_loop.synthetic_batches(config.batch_size, shape, classes, device)
+        batches = timed_steps.synthetic_batches(config.batch_size, shape, classes, device)
     else:
         train_split = distributed.check_all_ranks(
             hvd, lambda: mnist.load_train_test(config.data_dir, download=not config.no_download)[0],
             "data")
-        batches = benchmark_loop.every_epoch(training_batches(
+        batches = timed_steps.every_epoch(training_batches(
             config.data_pipeline, train_split, config.batch_size, rt, config.seed, device,
             workers=0))
     optimizer = distributed_optimizer(model, config.lr, config.momentum, config.fp16_allreduce)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     model.train()
-    mine = benchmark_loop.time_steps(benchmark_loop.horovod_step(model, optimizer, batches),
+    mine = timed_steps.time_steps(timed_steps.horovod_step(model, optimizer, batches),
                                      config.warmup_steps, config.benchmark_steps, config.batch_size,
                                      device)
     per_rank = hvd.allgather_object(mine, name="benchmark")
-    record = benchmark_loop.summarize(per_rank, {
+    record = timed_steps.summarize(per_rank, {
         "launcher": "horovod", "controller": rt.controller, "model": config.model,
         "workload": "synthetic" if config.synthetic else "mnist", "device": device.type,
         "data_pipeline": None if config.synthetic else config.data_pipeline,
@@ -271,9 +272,9 @@ def benchmark(config: RunConfig) -> dict:
         "steps": config.benchmark_steps, "threads_per_rank": rt.threads,
         "fp16_allreduce": config.fp16_allreduce,
         "parameters": sum(p.numel() for p in model.parameters()),
-        "gradient_bytes": benchmark_loop.gradient_bytes(model, config.fp16_allreduce),
+        "gradient_bytes": timed_steps.gradient_bytes(model, config.fp16_allreduce),
     }, measures_allreduce=True)
     if rt.is_root:
-        benchmark_loop.write_result(config.log_dir, record)
-        console.say(benchmark_loop.format_result(record))
+        timed_steps.write_result(config.log_dir, record)
+        console.say(timed_steps.format_result(record))
     return record

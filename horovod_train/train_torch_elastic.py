@@ -31,8 +31,8 @@ from horovod_train import (
     device_data,
     distributed,
     lr_schedule,
-    metrics,
     mnist,
+    outputs,
     sharding,
     train_loop,
 )
@@ -71,7 +71,7 @@ def run(config: RunConfig) -> dict:
     rt, device = init(use_cuda=not config.no_cuda, threads=config.threads, seed=config.seed)
     threads = rt.threads
     if rt.is_root:
-        metrics.prepare_output_dirs(config.log_dir, config.checkpoint_dir)
+        outputs.prepare_output_dirs(config.log_dir, config.checkpoint_dir)
     # Local only (see the module's docstring): a bad data directory ends this rank.
     train_split, test_split = mnist.load_train_test(config.data_dir,
                                                     download=not config.no_download)

@@ -25,4 +25,4 @@ hosts_file="${ELASTIC_HOSTS_FILE:-$repo/hostfiles/elastic}"
 # The interpreter horovodrun runs under has the package's dependencies.
 python="${PYTHON:-python3}"
 cd "$repo"
-exec "$python" -m horovod_train.host_discovery "$hosts_file"
+exec "$python" -m horovod_train.launch.host_discovery "$hosts_file"

@@ -23,7 +23,13 @@ if __package__ in (None, ""):
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 from horovod_train.errors import RunFailed, UserError, run_main  # noqa: E402
-from horovod_train.hosts import Host, check_reachable, host_list, parse_host_list, total_slots  # noqa: E402
+from horovod_train.launch.hosts import (  # noqa: E402
+    Host,
+    check_reachable,
+    host_list,
+    parse_host_list,
+    total_slots,
+)
 
 CONTAINER = "horovod-train"
 

@@ -9,7 +9,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from horovod_train import device_data, mnist, sharding, torch_data
-from horovod_train.upstream_example import TorchvisionStyleMnist
+from horovod_train.bench.upstream_example import TorchvisionStyleMnist
 
 CPU = torch.device("cpu")
 

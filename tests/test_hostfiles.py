@@ -6,9 +6,9 @@ import pytest
 from conftest import REPO
 from horovod.runner.common.util import hosts as horovod_hosts
 
-from horovod_train import hosts
 from horovod_train.errors import UserError
-from horovod_train.hosts import Host
+from horovod_train.launch import hosts
+from horovod_train.launch.hosts import Host
 
 LAYOUTS = {"1x1": {"a": 1}, "1x2": {"a": 2}, "2x1": {"a": 1, "b": 1}, "2x2": {"a": 2, "b": 2},
            "2x4": {"a": 4, "b": 4}}

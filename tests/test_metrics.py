@@ -111,24 +111,6 @@ def test_ranks_with_different_weights_fail_the_run(tmp_path):
     assert json.loads((tmp_path / "summary.json").read_text())["weights_identical"] is False
 
 
-@pytest.mark.parametrize("blocked", ["log", "checkpoint"])
-def test_an_unusable_output_dir_is_named_and_nothing_is_made(tmp_path, blocked):
-    blocker = tmp_path / "file"
-    blocker.write_text("not a directory")
-    log_dir = (blocker if blocked == "log" else tmp_path) / "run"
-    checkpoint_dir = (blocker if blocked == "checkpoint" else tmp_path / "run") / "checkpoints"
-    with pytest.raises(UserError) as err:
-        metrics.prepare_output_dirs(log_dir, checkpoint_dir)
-    wanted = log_dir if blocked == "log" else checkpoint_dir
-    assert str(err.value) == f"cannot create {wanted}: {blocker} is not a directory"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]  # the other one not made
-
-
-def test_output_dirs_are_made_when_they_can_be(tmp_path):
-    metrics.prepare_output_dirs(tmp_path / "run", tmp_path / "run" / "checkpoints")
-    assert (tmp_path / "run" / "checkpoints").is_dir()
-
-
 @pytest.mark.parametrize("resume, exists, said", [
     (True, False, "note: --resume found no checkpoint at {path}; starting from epoch 1\n"),
     (False, True, "note: starting over; {path} will be replaced (pass --resume to continue "

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from conftest import BIN, REPO
 
-from horovod_train import slurm
 from horovod_train.errors import RunFailed, UserError
-from horovod_train.hosts import Host
+from horovod_train.launch import slurm
+from horovod_train.launch.hosts import Host
 
 SBATCH_SCRIPT = REPO / "scripts" / "slurm" / "horovod.sbatch"
 SUBMIT = REPO / "scripts" / "slurm" / "submit.py"

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Submit Horovod training to Slurm from Python, with Submitit: the same job
-as scripts/slurm/horovod.sbatch (horovod_train/slurm.py turns the allocation
+as scripts/slurm/horovod.sbatch (horovod_train/launch/slurm.py turns the allocation
 into horovodrun's -np and -H and runs the trainer), plus requeue-and-resume.
 
     scripts/slurm/submit.py --nodes 2 --tasks-per-node 2 --time 60 -- \\
@@ -34,11 +34,10 @@ try:
 except ImportError:  # said in one line by main()
     submitit = None
 
-REPO = Path(__file__).resolve().parent.parent.parent
-sys.path.insert(0, str(REPO))
+from horovod_train.errors import RunFailed, UserError, run_main
+from horovod_train.launch import slurm
 
-from horovod_train import slurm  # noqa: E402
-from horovod_train.errors import RunFailed, UserError, run_main  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent.parent
 
 # Slurm states after which the job will not run again (requeued jobs pass
 # through PENDING and REQUEUED instead).

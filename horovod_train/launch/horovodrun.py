@@ -31,10 +31,10 @@ from pathlib import Path
 if __package__ in (None, ""):
     # Run as a file: import the package from the checkout, not from this
     # directory (whose module names would shadow installed packages).
-    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+    sys.path[0] = str(Path(__file__).resolve().parents[2])
 
-from horovod_train import hosts  # noqa: E402
 from horovod_train.errors import UserError, run_main  # noqa: E402
+from horovod_train.launch import hosts  # noqa: E402
 
 
 def _usage_error(parser: argparse.ArgumentParser, message: str):
@@ -131,5 +131,10 @@ def main(argv: list[str]) -> int:
     return 0  # not reached
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The console entry point (pyproject.toml)."""
     run_main(lambda: main(sys.argv[1:]), prog="launch")
+
+
+if __name__ == "__main__":
+    cli()

@@ -5,7 +5,7 @@ site's container runtime. scripts/slurm/horovod.sbatch runs it in the batch
 step (on the allocation's first node), and so do the jobs of
 scripts/slurm/submit.py: one recipe for both.
 
-    python horovod_train/slurm.py run [-- TRAINER OPTIONS...]
+    python horovod_train/launch/slurm.py run [-- TRAINER OPTIONS...]
 
 A Slurm job of 2 nodes with 2 tasks each (SLURM_JOB_NODELIST=a,b,
 SLURM_TASKS_PER_NODE=2(x2)) runs
@@ -56,10 +56,10 @@ from pathlib import Path
 
 if __package__ in (None, ""):
     # Run as a file (the batch script does): import the package from the checkout.
-    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+    sys.path[0] = str(Path(__file__).resolve().parents[2])
 
 from horovod_train.errors import RunFailed, UserError, run_main  # noqa: E402
-from horovod_train.hosts import Host, SshTarget, host_list, probe_ssh_port, total_slots  # noqa: E402
+from horovod_train.launch.hosts import Host, SshTarget, host_list, probe_ssh_port, total_slots  # noqa: E402
 
 RUNTIMES = ("venv", "apptainer", "pyxis")
 DEFAULT_TRAINER = "horovod_train/pytorch_mnist.py"
@@ -393,5 +393,10 @@ def main() -> int:
                    dry_run=parse_flag("HOROVOD_DRY_RUN", os.environ.get("HOROVOD_DRY_RUN")))
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The console entry point (pyproject.toml)."""
     run_main(main, prog="slurm")
+
+
+if __name__ == "__main__":
+    cli()

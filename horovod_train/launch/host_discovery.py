@@ -14,8 +14,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from horovod_train import hosts
 from horovod_train.errors import run_main
+from horovod_train.launch import hosts
 
 
 def main(argv: list[str]) -> int:
@@ -28,5 +28,10 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The console entry point (pyproject.toml)."""
     run_main(lambda: main(sys.argv[1:]), prog="discover_hosts")
+
+
+if __name__ == "__main__":
+    cli()

@@ -13,12 +13,13 @@ import pytest
 import torch
 from conftest import BIN, REPO, horovodrun
 
-from horovod_train import benchmark, device_data, mnist
+from horovod_train import device_data, mnist
+from horovod_train.bench import timed_steps
 from horovod_train.pytorch_mnist import parse_args
 
 
 def read_result(log_dir) -> dict:
-    return json.loads((log_dir / benchmark.RESULT_NAME).read_text())
+    return json.loads((log_dir / timed_steps.RESULT_NAME).read_text())
 
 
 def assert_consistent(record: dict, ranks: int, steps: int, batch: int) -> None:
@@ -114,7 +115,7 @@ def test_every_epoch_runs_the_epochs_one_after_the_other():
     data = device_data.DeviceMnist(mnist.Split(images, np.arange(10, dtype=np.uint8)),
                                    torch.device("cpu"))
     shards = device_data.ShardedBatches(data, 4, 0, 1, seed=0)
-    labels = [b[1].tolist() for b in itertools.islice(benchmark.every_epoch(shards), 6)]
+    labels = [b[1].tolist() for b in itertools.islice(timed_steps.every_epoch(shards), 6)]
     expected = [b[1].tolist() for e in (0, 1) for b in shards.epoch(e)]
     assert labels == expected and len(labels) == 6  # 4 + 4 + 2 per epoch
 
@@ -124,7 +125,7 @@ def test_totals_are_sums_and_means_of_the_ranks():
                  "allreduce_time_s": 0.1},
                 {"host": "b", "images_per_sec": 80.0, "step_time_s": 0.8,
                  "allreduce_time_s": 0.3}]
-    record = benchmark.summarize(per_rank, {"launcher": "horovod"}, measures_allreduce=True)
+    record = timed_steps.summarize(per_rank, {"launcher": "horovod"}, measures_allreduce=True)
     assert record["images_per_sec"] == 180.0
     assert record["step_time_s"] == pytest.approx(0.72)
     assert record["allreduce_time_s"] == pytest.approx(0.2)
