@@ -13,15 +13,9 @@ import numpy as np
 from mxnet import autograd, gluon
 from mxnet.gluon import nn
 
-from horovod_train import (
-    array_checkpoint,
-    array_data,
-    distributed,
-    lr_schedule,
-    metrics,
-    train_loop,
-)
+from horovod_train import array_checkpoint, array_data, distributed, metrics, train_loop
 from horovod_train.errors import UserError
+from horovod_train.lr_schedule import lr_scale
 from horovod_train.options import RunConfig
 
 MODEL_NAME = "mnist_cnn"
@@ -150,7 +144,7 @@ def run(config: RunConfig) -> dict:
             (name, p.data(context).asnumpy()) for name, p in sorted(params.items())),
         allgather_object=hvd.allgather_object,
     )
-    scale = lr_schedule.lr_scale(rt.size, False, rt.local_size, on_gpu=use_gpu)
+    scale = lr_scale(rt.size, False, rt.local_size, on_gpu=use_gpu)
     return train_loop.fit(config, rt, steps, len(train), len(test), epochs_done, "mxnet",
                           MODEL_NAME, scale, started)
 

@@ -7,14 +7,8 @@ import horovod.tensorflow as hvd
 import numpy as np
 import tensorflow as tf
 
-from horovod_train import (
-    array_checkpoint,
-    array_data,
-    distributed,
-    lr_schedule,
-    metrics,
-    train_loop,
-)
+from horovod_train import array_checkpoint, array_data, distributed, metrics, train_loop
+from horovod_train.lr_schedule import lr_scale
 from horovod_train.options import RunConfig
 
 MODEL_NAME = "mnist_cnn"
@@ -154,7 +148,7 @@ def run(config: RunConfig) -> dict:
         digest=lambda: distributed.digest((v.name, v.numpy()) for v in model.weights),
         allgather_object=hvd.allgather_object,
     )
-    scale = lr_schedule.lr_scale(rt.size, config.use_adasum, rt.local_size,
+    scale = lr_scale(rt.size, config.use_adasum, rt.local_size,
                                  on_gpu=rt.device != "cpu")
     return train_loop.fit(config, rt, steps, len(train), len(test), epochs_done, "tensorflow",
                           MODEL_NAME, scale, started)

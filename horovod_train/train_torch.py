@@ -164,12 +164,24 @@ def run(config: RunConfig) -> dict:
         # repeats what an uninterrupted one would have drawn.
         torch.manual_seed(config.seed * 1_000_003 + epoch * 1009 + rt.rank)
 
-    steps = train_loop.Steps(
+    steps = model_steps(
+        model, optimizer, config,
         batches_per_epoch=batches_per_epoch,
         epoch_batches=train_batches.epoch,
         train_batch=batch_trainer(model, optimizer, device, amp_dtype, scaler, passes),
         eval_batches=lambda: eval_batches,
         eval_batch=lambda images, labels: eval_batch(model, images, labels, device, amp_dtype),
+        start_epoch=start_epoch,
+        batches_per_step=passes,
+    )
+    return train_loop.fit(config, rt, steps, len(train_split), len(test_split), epochs_done,
+                          "pytorch", config.model, scale, started)
+
+
+def model_steps(model: nn.Module, optimizer, config: RunConfig, **run_steps) -> train_loop.Steps:
+    """The steps every PyTorch run has the same way (one model, one optimizer,
+    its checkpoint), with those its kind of run hands in (batches, hooks)."""
+    return train_loop.Steps(
         set_lr=lambda lr: set_lr(optimizer, lr),
         sum_across_ranks=sum_across_ranks,
         average_buffers=lambda: average_buffers(model),
@@ -177,12 +189,9 @@ def run(config: RunConfig) -> dict:
             config.checkpoint_dir, model, optimizer, config.model, epochs, extra=extra),
         digest=lambda: state_digest(model),
         allgather_object=hvd.allgather_object,
-        start_epoch=start_epoch,
         start_eval=model.eval,
-        batches_per_step=passes,
+        **run_steps,
     )
-    return train_loop.fit(config, rt, steps, len(train_split), len(test_split), epochs_done,
-                          "pytorch", config.model, scale, started)
 
 
 def set_lr(optimizer, lr: float) -> None:

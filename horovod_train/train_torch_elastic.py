@@ -26,7 +26,6 @@ import horovod.torch as hvd
 import torch
 
 from horovod_train import (
-    checkpoint,
     console,
     device_data,
     distributed,
@@ -39,14 +38,11 @@ from horovod_train import (
 from horovod_train.models import build_model
 from horovod_train.options import RunConfig
 from horovod_train.train_torch import (
-    average_buffers,
     batch_trainer,
     distributed_optimizer,
     eval_batch,
     init,
-    set_lr,
-    state_digest,
-    sum_across_ranks,
+    model_steps,
 )
 
 
@@ -130,22 +126,15 @@ def run(config: RunConfig) -> dict:
         # Entered at the start and again after every reset, with the ranks
         # there are then, from the epoch and position of the last commit.
         rt = distributed.describe(hvd, str(device), threads)
-        steps = train_loop.Steps(
+        steps = model_steps(
+            model, optimizer, config,
             batches_per_epoch=math.ceil(n_train / (rt.size * config.batch_size)),
             epoch_batches=epoch_batches,
             train_batch=train_batch,
             eval_batches=lambda: test_data.batches(
                 sharding.eval_indices(len(test_data), rt.rank, rt.size), config.test_batch_size),
             eval_batch=lambda images, labels: eval_batch(model, images, labels, device, None),
-            set_lr=lambda lr: set_lr(optimizer, lr),
-            sum_across_ranks=sum_across_ranks,
-            average_buffers=lambda: average_buffers(model),
-            save_checkpoint=lambda epochs, extra: checkpoint.save(
-                config.checkpoint_dir, model, optimizer, config.model, epochs, extra=extra),
-            digest=lambda: state_digest(model),
-            allgather_object=hvd.allgather_object,
             start_epoch=lambda _: model.train(),
-            start_eval=model.eval,
             lr_at=lr_now,
             end_epoch=end_epoch,
         )
