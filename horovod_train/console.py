@@ -4,8 +4,6 @@ it goes (a bar on a terminal, plain lines in a log or under horovodrun)."""
 import sys
 import time
 
-from tqdm import tqdm
-
 # Plain progress lines (stderr not a terminal): at most one this often, so a
 # log of a long epoch shows it moving without filling up.
 PROGRESS_LINE_EVERY_S = 10.0
@@ -62,6 +60,8 @@ def progress(total: int, description: str, enabled: bool,
     if not enabled:
         return NoProgress()
     if stream.isatty():
+        from tqdm import tqdm  # here: errors.py imports this module under a bare python3
+
         return tqdm(total=total, desc=description, unit="batch", file=stream, mininterval=1.0,
                     dynamic_ncols=True)
     return ProgressLines(total, description, stream, every_s)

@@ -10,11 +10,14 @@ horovod_train/, scripts/ and benchmarks/ (run_main):
     `prog: error: ...`, exit 1.
   - Ctrl-C: `prog: interrupted`, exit 130.
 
-Standard library only: scripts run under a bare python3 import it."""
+Standard library only (console.py is too): scripts run under a bare
+python3 import it."""
 
 import sys
 from collections.abc import Callable
 from pathlib import Path
+
+from horovod_train.console import say  # one write per line, as the trainers print
 
 
 class UserError(Exception):
@@ -28,7 +31,7 @@ class RunFailed(Exception):
 def print_error(prog: str, error: Exception | str) -> None:
     """The one error line, for the rare caller that must say it before
     ending otherwise (a rank about to abort its peers)."""
-    print(f"{prog}: error: {error}", file=sys.stderr, flush=True)
+    say(f"{prog}: error: {error}", sys.stderr)
 
 
 def run_main(main: Callable[[], int | None], prog: str | None = None) -> None:
@@ -45,6 +48,6 @@ def run_main(main: Callable[[], int | None], prog: str | None = None) -> None:
         print_error(prog, err)
         sys.exit(1)
     except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr, flush=True)
+        say(f"{prog}: interrupted", sys.stderr)
         sys.exit(130)
     sys.exit(code or 0)
