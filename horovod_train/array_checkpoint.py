@@ -3,6 +3,7 @@ TensorFlow and MXNet trainers: written atomically like the PyTorch ones,
 read without pickle, and checked against the model before anything is
 loaded."""
 
+import io
 import json
 import os
 import zipfile
@@ -32,9 +33,13 @@ def save(directory: str | os.PathLike, framework: str, model_name: str, epochs_d
         "shapes": [list(np.shape(arrays[n])) for n in names], "extra": extra,
     }
     path = checkpoint_path(directory)
+    # Zipped in memory first: a zip writer whose file fails (a full disk)
+    # leaves its own error behind when collected, after ours.
+    payload = io.BytesIO()
+    np.savez(payload, header=np.frombuffer(json.dumps(header).encode(), dtype=np.uint8),
+             **{f"a{i}": np.asarray(arrays[n]) for i, n in enumerate(names)})
     with atomic_output(path) as f:
-        np.savez(f, header=np.frombuffer(json.dumps(header).encode(), dtype=np.uint8),
-                 **{f"a{i}": np.asarray(arrays[n]) for i, n in enumerate(names)})
+        f.write(payload.getbuffer())
     return path
 
 

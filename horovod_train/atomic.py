@@ -15,9 +15,13 @@ from horovod_train.errors import UserError
 
 @contextlib.contextmanager
 def atomic_output(path: str | os.PathLike) -> Iterator[BinaryIO]:
+    """A binary file that replaces `path` when the block ends. A write that
+    fails (a full disk, a directory that is gone) is a one-line UserError
+    naming `path`, and leaves the old file as it was."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = None
     try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         # mkstemp makes the file 0600; give it the mode a plain open() would.
         umask = os.umask(0)
         os.umask(umask)
@@ -27,15 +31,18 @@ def atomic_output(path: str | os.PathLike) -> Iterator[BinaryIO]:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
+        tmp = None
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError as err:
+        raise UserError(f"cannot write {path}: {err.strerror or err}") from None
     finally:
-        os.close(dir_fd)
+        if tmp is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
 
 
 def atomic_write_bytes(path: str | os.PathLike, payload: bytes) -> None:

@@ -2,6 +2,7 @@
 resume read by rank 0, checked against the model being trained, and handed to
 the other ranks by broadcast."""
 
+import io
 import os
 import pickle
 import zipfile
@@ -36,8 +37,13 @@ def save(
         "optimizer": optimizer.state_dict(),
         "extra": extra,
     }
+    # Serialised in memory first: torch.save's zip writer turns a failed
+    # write (a full disk) into a RuntimeError that hides the cause, where
+    # atomic_output names the file and the reason.
+    payload = io.BytesIO()
+    torch.save(state, payload)
     with atomic_output(path) as f:
-        torch.save(state, f)
+        f.write(payload.getbuffer())
     return path
 
 

@@ -54,18 +54,19 @@ def describe(hvd, device: str, threads: int) -> Runtime:
     )
 
 
-def check_all_ranks(hvd, step, name: str):
+def check_all_ranks(allgather_object, rank: int, step, name: str):
     """Run `step` on every rank and stop every rank if any of them failed.
 
     A UserError on one rank alone (data missing on one host, an unwritable
-    directory on rank 0) would otherwise leave the healthy ranks waiting in
-    their next collective; here all ranks learn of it and exit with the same
-    one-line message, naming the rank and host that failed."""
+    or full disk on rank 0) would otherwise leave the healthy ranks waiting
+    in their next collective; here all ranks learn of it and exit with the
+    same one-line message, naming the rank and host that failed.
+    `allgather_object` is the framework's (hvd.allgather_object)."""
     try:
         result, error = step(), None
     except UserError as err:
-        result, error = None, f"{err} (rank {hvd.rank()} on {socket.gethostname()})"
-    errors = [e for e in hvd.allgather_object(error, name=name) if e]
+        result, error = None, f"{err} (rank {rank} on {socket.gethostname()})"
+    errors = [e for e in allgather_object(error, name=name) if e]
     if errors:
         raise UserError(errors[0] if error is None else error)
     return result
@@ -76,8 +77,8 @@ def prepare_run(hvd, rt: Runtime, config: RunConfig) -> tuple:
     the output directories, so bad data leaves no directory behind; a failure
     anywhere stops all ranks."""
     splits = check_all_ranks(
-        hvd, lambda: mnist.load_train_test(config.data_dir, download=not config.no_download),
-        "data")
+        hvd.allgather_object, rt.rank,
+        lambda: mnist.load_train_test(config.data_dir, download=not config.no_download), "data")
     n_train = len(splits[0])
     if n_train == 0:
         raise UserError(f"{n_train} training images cannot be shared by {rt.size} ranks")
@@ -88,8 +89,10 @@ def prepare_run(hvd, rt: Runtime, config: RunConfig) -> tuple:
         raise UserError(f"--batch-size {config.batch_size} is larger than a rank's shard: "
                         f"{n_train} training images over {rt.size} ranks are {shard} "
                         "per rank; use a smaller batch or fewer ranks")
-    check_all_ranks(hvd, lambda: rt.is_root and outputs.prepare_output_dirs(
-        config.log_dir, config.checkpoint_dir), "dirs")
+    check_all_ranks(
+        hvd.allgather_object, rt.rank,
+        lambda: rt.is_root and outputs.prepare_output_dirs(config.log_dir, config.checkpoint_dir),
+        "dirs")
     return splits
 
 
@@ -97,7 +100,8 @@ def resume_on_root(hvd, rt: Runtime, restore) -> int:
     """Rank 0 runs restore() (which loads its checkpoint, if any, into its
     model and returns the epochs done); every rank learns the count, or the
     error. The caller then broadcasts rank 0's state."""
-    epochs_done = check_all_ranks(hvd, lambda: restore() if rt.is_root else 0, "resume")
+    epochs_done = check_all_ranks(hvd.allgather_object, rt.rank,
+                                  lambda: restore() if rt.is_root else 0, "resume")
     return hvd.broadcast_object(epochs_done, root_rank=0, name="epochs_done")
 
 

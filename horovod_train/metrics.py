@@ -28,7 +28,8 @@ class TensorBoardScalars:
     def __init__(self, log_dir: Path):
         log_dir.mkdir(parents=True, exist_ok=True)
         name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}"
-        self.file = open(log_dir / name, "wb")  # noqa: SIM115 - closed by close()
+        # Unbuffered, as metrics.jsonl: nothing left to fail again at exit.
+        self.file = open(log_dir / name, "wb", buffering=0)  # noqa: SIM115 - closed by close()
         self.records = RecordWriter(self.file)
         self._write(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2"))
 
@@ -63,18 +64,31 @@ class MetricsLog:
             kept = [line for line in path.read_text().splitlines(keepends=True)
                     if line.endswith("\n") and json.loads(line)["epoch"] <= epochs_done]
             atomic_write_bytes(path, "".join(kept).encode())
-        self.jsonl = open(path, "a" if epochs_done else "w")  # noqa: SIM115
+        # Unbuffered: a line is on disk once written, and a write that fails
+        # leaves nothing in a buffer to fail once more when the file closes.
+        self.jsonl = open(path, "ab" if epochs_done else "wb", buffering=0)  # noqa: SIM115
         self.tensorboard = TensorBoardScalars(log_dir / "tensorboard")
 
     def log_epoch(self, record: dict) -> None:
+        """Append the epoch's line and scalars. A write that fails (a full
+        disk) is a one-line UserError naming the file; a line it cut short
+        has no newline, and a resumed run drops it."""
         if not self.enabled:
             return
-        self.jsonl.write(json.dumps(record, sort_keys=True) + "\n")
-        self.jsonl.flush()
-        for key, value in record.items():
-            if key != "epoch" and isinstance(value, int | float):
-                self.tensorboard.add_scalar(key, value, record["epoch"])
-        self.tensorboard.flush()
+        try:
+            line = memoryview((json.dumps(record, sort_keys=True) + "\n").encode())
+            while line:  # a raw write may take part of the line; the rest fails if the disk is full
+                line = line[self.jsonl.write(line):]
+        except OSError as err:
+            raise UserError(f"cannot write {self.jsonl.name}: {err.strerror or err}") from None
+        try:
+            for key, value in record.items():
+                if key != "epoch" and isinstance(value, int | float):
+                    self.tensorboard.add_scalar(key, value, record["epoch"])
+            self.tensorboard.flush()
+        except OSError as err:
+            raise UserError(f"cannot write {self.tensorboard.file.name}: "
+                            f"{err.strerror or err}") from None
 
     def close(self) -> None:
         if self.enabled:

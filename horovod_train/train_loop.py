@@ -9,6 +9,7 @@ loop only adds them up, so nothing waits for the device until the epoch's
 end, and the allreduces that backward() starts overlap the rest of the step.
 """
 
+import functools
 import itertools
 import math
 import time
@@ -16,7 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from horovod_train import console, lr_schedule, metrics
+from horovod_train import console, distributed, lr_schedule, metrics
 from horovod_train.options import RunConfig
 
 # (loss sum, correct, images) of a batch: numbers, or tensors on the device.
@@ -85,6 +86,14 @@ def evaluate(steps: Steps) -> dict:
     return {"test_loss": loss_sum / count, "test_accuracy": correct / count}
 
 
+def write_epoch(rt, log: metrics.MetricsLog, steps: Steps, record: dict) -> None:
+    """Rank 0's files of an epoch: its metrics line, then the checkpoint, so
+    that the last checkpoint never runs ahead of the metrics."""
+    if rt.is_root:
+        log.log_epoch(record)
+        steps.save_checkpoint(record["epoch"], {"metrics": record, "world_size": rt.size})
+
+
 def fit(config: RunConfig, rt, steps: Steps, n_train: int, n_test: int, epochs_done: int,
         framework: str, model_name: str, lr_scale: float, started: float) -> dict:
     """Train from `epochs_done` to config.epochs, or to the first epoch that
@@ -132,9 +141,12 @@ def fit(config: RunConfig, rt, steps: Steps, n_train: int, n_test: int, epochs_d
             steps.sum_across_ranks([loss_sum, correct, count, count / epoch_seconds],
                                    f"train.{epoch}"),
             test_metrics, epoch_seconds)
-        log.log_epoch(record)
+        # Every rank learns if rank 0 could not write (a full disk), and all
+        # end with its one line instead of waiting in their next collective.
+        distributed.check_all_ranks(steps.allgather_object, rt.rank,
+                                    functools.partial(write_epoch, rt, log, steps, record),
+                                    "epoch outputs")
         if rt.is_root:
-            steps.save_checkpoint(epoch + 1, {"metrics": record, "world_size": rt.size})
             console.say(metrics.format_epoch(record))
             if reached:
                 console.say(f"reached test accuracy {config.target_accuracy} after epoch "

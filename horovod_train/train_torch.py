@@ -253,15 +253,17 @@ def benchmark(config: RunConfig) -> dict:
     """Time --benchmark-steps training steps (after --warmup-steps) with
     Horovod; rank 0 writes every rank's figures to LOG_DIR/benchmark.json."""
     rt, device = init(use_cuda=not config.no_cuda, threads=config.threads, seed=config.seed)
-    distributed.check_all_ranks(hvd, lambda: rt.is_root and outputs.prepare_output_dirs(
-        config.log_dir, config.log_dir), "dirs")
+    distributed.check_all_ranks(
+        hvd.allgather_object, rt.rank,
+        lambda: rt.is_root and outputs.prepare_output_dirs(config.log_dir, config.log_dir), "dirs")
     model = build_model(config.model).to(device)
     if config.synthetic:
         shape, classes = input_shape(config.model, config.image_size)
         batches = timed_steps.synthetic_batches(config.batch_size, shape, classes, device)
     else:
         train_split = distributed.check_all_ranks(
-            hvd, lambda: mnist.load_train_test(config.data_dir, download=not config.no_download)[0],
+            hvd.allgather_object, rt.rank,
+            lambda: mnist.load_train_test(config.data_dir, download=not config.no_download)[0],
             "data")
         batches = timed_steps.every_epoch(training_batches(
             config.data_pipeline, train_split, config.batch_size, rt, config.seed, device,

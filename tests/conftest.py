@@ -48,6 +48,22 @@ def small_mnist_dir(t10k_dir, tmp_path_factory) -> Path:
     return data_dir
 
 
+@pytest.fixture
+def small_disk(tmp_path) -> Path:
+    """A 3 MiB tmpfs: room for one checkpoint of mnist_cnn (1.7 MB) and the
+    logs, not for the temporary file of the next one."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(disk)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"a small disk needs mount (root): {mounted.stderr.strip()}")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "--lazy", str(disk)], check=True)
+
+
 def cluster_skip_reason() -> str | None:
     if os.geteuid() != 0:
         return "the emulated cluster needs root (network namespaces)"

@@ -47,3 +47,15 @@ def test_pickled_arrays_are_not_loaded(tmp_path):
     np.savez(tmp_path / "checkpoint.npz", header=np.array([{"x": 1}], dtype=object))
     with pytest.raises(UserError, match="not a readable checkpoint"):
         array_checkpoint.load(tmp_path / "checkpoint.npz", "tensorflow", "mnist_cnn", SHAPES)
+
+
+def test_a_full_disk_keeps_the_last_checkpoint_loadable(small_disk):
+    big = {"weights": np.ones(2_000_000 // 4, dtype=np.float32)}  # 2 MB: two do not fit
+    array_checkpoint.save(small_disk, "mxnet", "mnist_cnn", 1, big, {})
+    with pytest.raises(UserError) as err:
+        array_checkpoint.save(small_disk, "mxnet", "mnist_cnn", 2, big, {})
+    assert str(err.value) == (f"cannot write {small_disk / 'checkpoint.npz'}: "
+                              "No space left on device")
+    epochs, _ = array_checkpoint.load(small_disk / "checkpoint.npz", "mxnet", "mnist_cnn",
+                                      {"weights": big["weights"].shape})
+    assert epochs == 1

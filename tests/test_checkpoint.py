@@ -43,6 +43,18 @@ def test_round_trip_restores_weights_buffers_and_momentum(tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(saved_momentum, loaded_momentum, strict=True))
 
 
+def test_a_full_disk_is_one_line_and_the_last_checkpoint_resumes(small_disk):
+    # torch.save alone would say "unexpected pos" (its zip writer's error).
+    model, optimizer = trained_pair()
+    checkpoint.save(small_disk, model, optimizer, "mnist_cnn", epochs_done=1, extra={})
+    with pytest.raises(UserError) as err:
+        checkpoint.save(small_disk, model, optimizer, "mnist_cnn", epochs_done=2, extra={})
+    assert str(err.value) == (f"cannot write {small_disk / 'checkpoint.pt'}: "
+                              "No space left on device")
+    fresh, fresh_opt = trained_pair(steps=0)
+    assert checkpoint.resume(small_disk, fresh, fresh_opt, "mnist_cnn") == 1
+
+
 def test_resume_without_a_checkpoint_is_a_fresh_start(tmp_path):
     model, optimizer = trained_pair(steps=0)
     assert checkpoint.resume(tmp_path, model, optimizer, "mnist_cnn") == 0

@@ -38,6 +38,15 @@ def test_metrics_log_writes_json_lines_and_tensorboard_scalars(tmp_path):
     assert "train_loss" in events.Tags()["scalars"]
 
 
+def test_a_full_disk_under_the_metrics_line_is_one_line_naming_the_file(tmp_path):
+    (tmp_path / "metrics.jsonl").symlink_to("/dev/full")  # every write: no space left
+    log = metrics.MetricsLog(tmp_path, enabled=True)
+    with pytest.raises(UserError) as err:
+        log.log_epoch(record(1, 0.5))
+    assert str(err.value) == f"cannot write {tmp_path / 'metrics.jsonl'}: No space left on device"
+    log.close()  # nothing buffered to fail again
+
+
 def test_a_resumed_run_keeps_earlier_epochs(tmp_path):
     for epoch in (1, 2):
         log = metrics.MetricsLog(tmp_path, enabled=True, epochs_done=epoch - 1)

@@ -1,9 +1,14 @@
-"""The epoch loop shared by the TensorFlow and MXNet trainers, run through
-each entry script under horovodrun: 2 ranks here reach 95%, one rank on each
-emulated host ends with identical weights, and a resumed run continues."""
+"""The epoch loop every trainer shares, run through the entry scripts under
+horovodrun: with TensorFlow and MXNet, 2 ranks here reach 95%, one rank on
+each emulated host ends with identical weights, and a resumed run
+continues; a disk that fills under rank 0's checkpoint ends every rank with
+one line, and the run resumes from the checkpoint before."""
+
+import json
+import shutil
 
 import pytest
-from conftest import assert_trained, horovodrun, require_framework
+from conftest import TRAINER, assert_trained, horovodrun, require_framework
 
 pytestmark = pytest.mark.slow
 TRAINERS = {
@@ -58,3 +63,26 @@ def test_resume_continues_from_the_checkpoint(trainer, small_mnist_dir, tmp_path
     assert third.returncode == 0, third.output[-3000:]
     assert third.summary["weights_digest"] == second.summary["weights_digest"]
     assert third.summary["test_accuracy"] == second.summary["test_accuracy"]
+
+
+def test_a_full_disk_ends_every_rank_in_one_line_and_the_run_resumes(small_mnist_dir,
+                                                                      small_disk, tmp_path):
+    data = ["--data-dir", str(small_mnist_dir), "--no-download"]
+    full = horovodrun(["-np", "2", "-H", "localhost:2"], [*data, "--epochs", "3"],
+                      small_disk / "run", trainer=TRAINER)
+    assert full.returncode == 2, full.output[-3000:]
+    path = small_disk / "run" / "checkpoints" / "checkpoint.pt"
+    message = f"pytorch_mnist.py: error: cannot write {path}: No space left on device (rank 0 on "
+    said = [line for line in full.output.splitlines() if "error:" in line]
+    assert len(said) == 2 and all(message in line for line in said), said  # every rank
+    assert "Traceback" not in full.output
+    # Epoch 1 is whole on the disk; epoch 2's line came before its checkpoint.
+    assert [json.loads(line)["epoch"] for line in
+            (small_disk / "run" / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+    shutil.copytree(small_disk / "run", tmp_path / "run")  # room again
+    resumed = horovodrun(["-np", "2", "-H", "localhost:2"],
+                         [*data, "--epochs", "3", "--resume"], tmp_path / "run", trainer=TRAINER)
+    assert resumed.returncode == 0, resumed.output[-3000:]
+    assert "resuming after epoch 1" in resumed.output
+    assert [e["epoch"] for e in resumed.epochs] == [1, 2, 3]
+    assert resumed.summary["weights_identical"]
