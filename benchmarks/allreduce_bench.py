@@ -48,7 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from horovod_train.atomic import atomic_write_bytes
-from horovod_train.errors import RunFailed, UserError, print_error, run_main
+from horovod_train.errors import ArgumentParser, RunFailed, UserError, print_error, run_main
 from horovod_train.options import non_negative_int, positive_float, positive_int
 
 PROG = "allreduce_bench"
@@ -88,7 +88,7 @@ def parse_implementations(text: str) -> list[str]:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
+    parser = ArgumentParser(prog=PROG, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=parse_sizes, default=DEFAULT_SIZES,
                         help="comma-separated message sizes in bytes, K/M/G binary units "

@@ -17,12 +17,12 @@ from datetime import timedelta
 from pathlib import Path
 
 from horovod_train import options
-from horovod_train.errors import UserError, run_main
+from horovod_train.errors import ArgumentParser, UserError, run_main
 from horovod_train.models import MNIST_MODELS, MODELS
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="ddp_benchmark.py", description=__doc__,
+    parser = ArgumentParser(prog="ddp_benchmark.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", type=Path, default=Path("data"))
     parser.add_argument("--no-download", action="store_true")

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 from horovod_train.atomic import atomic_write_bytes, atomic_write_json
-from horovod_train.errors import RunFailed, UserError, run_main
+from horovod_train.errors import ArgumentParser, RunFailed, UserError, run_main
 from horovod_train.launch.hosts import Host, host_list, is_local, read_hostfile
 
 REPO = Path(__file__).resolve().parent.parent
@@ -530,7 +530,7 @@ def progress_line(run: dict) -> str:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="run_matrix.sh", description=__doc__,
+    parser = ArgumentParser(prog="run_matrix.sh", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--layouts", default="1x1,1x2,2x2,2x4",
                         help="comma-separated NODESxGPUS (default: %(default)s)")

@@ -34,7 +34,7 @@ import sys
 from pathlib import Path
 
 from horovod_train.atomic import atomic_write_bytes, atomic_write_json
-from horovod_train.errors import UserError, run_main
+from horovod_train.errors import ArgumentParser, UserError, run_main
 from horovod_train.options import non_negative_float, positive_float
 
 REPO = Path(__file__).resolve().parent.parent
@@ -301,7 +301,7 @@ def markdown(report: dict) -> str:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
+    parser = ArgumentParser(prog=PROG, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("results", type=Path, help="results.json from benchmarks/run_matrix.sh")
     parser.add_argument("--layouts", type=parse_layouts, default=parse_layouts(DEFAULT_LAYOUTS),

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from horovod_train import mnist, options
 from horovod_train.atomic import atomic_write_json
-from horovod_train.errors import RunFailed, UserError, run_main
+from horovod_train.errors import ArgumentParser, RunFailed, UserError, run_main
 from horovod_train.presets import PRESETS, describe_preset
 
 REPO = Path(__file__).resolve().parent.parent
@@ -49,7 +49,7 @@ N_TRAIN, N_TEST = 8000, 2000
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
+    parser = ArgumentParser(prog=PROG, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE,
                         help="directory holding t10k-images-idx3-ubyte[.gz] and "

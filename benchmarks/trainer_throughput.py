@@ -26,7 +26,7 @@ from pathlib import Path
 
 from horovod_train import options
 from horovod_train.atomic import atomic_write_json
-from horovod_train.errors import UserError, run_main
+from horovod_train.errors import ArgumentParser, UserError, run_main
 from horovod_train.models import MNIST_MODELS
 
 PROG = "trainer_throughput.py"
@@ -34,7 +34,7 @@ GENERATED_SAMPLES = 60_000  # the size of MNIST's training set
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
+    parser = ArgumentParser(prog=PROG, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", type=Path, default=None,
                         help="train on the real digits in DATA_DIR/MNIST/raw/ (torchvision "

@@ -13,6 +13,7 @@ horovod_train/, scripts/ and benchmarks/ (run_main):
 Standard library only (console.py is too): scripts run under a bare
 python3 import it."""
 
+import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +27,15 @@ class UserError(Exception):
 
 class RunFailed(Exception):
     """Something started and failed, the input being fine: exit 1."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser with the convention's one line for bad options:
+    argparse would print its usage first, which --help shows anyway."""
+
+    def error(self, message: str):
+        print_error(self.prog, message)
+        sys.exit(2)
 
 
 def print_error(prog: str, error: Exception | str) -> None:

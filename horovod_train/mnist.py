@@ -16,7 +16,6 @@ directory); the others wait and then read what it wrote. Every file is checked
 on read: IDX magic number, dimensions, size, and label count.
 """
 
-import argparse
 import fcntl
 import gzip
 import hashlib
@@ -32,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from horovod_train.atomic import atomic_write_bytes
-from horovod_train.errors import UserError, run_main
+from horovod_train.errors import ArgumentParser, UserError, run_main
 
 IMAGE_MAGIC = 2051
 LABEL_MAGIC = 2049
@@ -244,7 +243,7 @@ def write_subset(source_dir: Path, data_dir: Path, n_train: int, n_test: int) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m horovod_train.mnist",
         description="Fetch, check or prepare MNIST in the torchvision layout.",
     )

@@ -7,6 +7,8 @@ import dataclasses
 import os
 from pathlib import Path
 
+from horovod_train.errors import ArgumentParser
+
 
 def _number(kind, minimum, inclusive: bool):
     noun = {int: "an integer", float: "a number"}[kind]
@@ -51,7 +53,7 @@ TIMES_EPILOG = (
 
 def base_parser(prog: str, description: str) -> argparse.ArgumentParser:
     """Options every trainer has: data, schedule, Horovod, outputs."""
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog=prog, description=description, epilog=TIMES_EPILOG,
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )

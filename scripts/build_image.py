@@ -35,7 +35,7 @@ sys.path.insert(0, str(CONTEXT / "env"))
 sys.path.insert(0, str(REPO))  # the checkout's package, for its errors
 import build_horovod  # noqa: E402  (the recipe's: its wheel cache, the lock, the sdist)
 
-from horovod_train.errors import RunFailed, UserError, run_main  # noqa: E402
+from horovod_train.errors import ArgumentParser, RunFailed, UserError, run_main  # noqa: E402
 
 CONSTRAINTS = build_horovod.LOCK
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "horovod-train"
@@ -232,7 +232,7 @@ def build(args) -> None:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="build_image.sh", description=__doc__,
+    parser = ArgumentParser(prog="build_image.sh", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", choices=["gpu", "cpu"], default="gpu")
     parser.add_argument("--tag", default=None,

@@ -43,7 +43,7 @@ from pathlib import Path
 
 SCRIPTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(SCRIPTS.parent))  # the checkout's package, for its errors
-from horovod_train.errors import RunFailed, UserError, run_main  # noqa: E402
+from horovod_train.errors import ArgumentParser, RunFailed, UserError, run_main  # noqa: E402
 
 SSHD_CONFIG = SCRIPTS.parent / "docker" / "sshd_config"
 STATE_DIR = Path(os.environ.get("EMULATE_STATE_DIR", "/run/horovod-train-cluster"))
@@ -350,7 +350,7 @@ def status(state: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="emulate_cluster.sh", description=__doc__,
+    parser = ArgumentParser(prog="emulate_cluster.sh", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     start = commands.add_parser("up", help="create the hosts and start sshd on each")

@@ -22,7 +22,7 @@ if __package__ in (None, ""):
     # python3 too: hosts and errors need the standard library only).
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
-from horovod_train.errors import RunFailed, UserError, run_main  # noqa: E402
+from horovod_train.errors import ArgumentParser, RunFailed, UserError, run_main  # noqa: E402
 from horovod_train.launch.hosts import (  # noqa: E402
     Host,
     check_reachable,
@@ -59,7 +59,7 @@ def on(host: str, command: list[str]) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="launch_cluster.sh", description=__doc__,
+    parser = ArgumentParser(prog="launch_cluster.sh", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--hosts", required=True, help="NAME:SLOTS,... (slots: GPUs per host)")
     parser.add_argument("--image", default="horovod-train")

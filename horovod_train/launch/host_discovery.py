@@ -14,12 +14,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from horovod_train.errors import run_main
+from horovod_train.errors import ArgumentParser, run_main
 from horovod_train.launch import hosts
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="discover_hosts", description=__doc__,
+    parser = ArgumentParser(prog="discover_hosts", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("hosts_file", type=Path)
     args = parser.parse_args(argv)

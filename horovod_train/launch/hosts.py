@@ -20,7 +20,6 @@ the hosts read here (`host_list`), never the file.
 Every problem is a UserError of one line that names the host, or the
 hostfile and line, and what is wrong."""
 
-import argparse
 import re
 import socket
 import subprocess
@@ -31,7 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from horovod_train.errors import UserError, run_main
+from horovod_train.errors import ArgumentParser, UserError, run_main
 
 
 @dataclass(frozen=True)
@@ -286,7 +285,7 @@ def main(argv: list[str]) -> int:
     """check_reachable as a command, for checks that must run where the
     launch runs: the matrix runs it on emulated host a, the only place whose
     names a and b resolve."""
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="hosts", description="Check that horovodrun can start ranks on each HOST "
         "from here: one line naming the first host it cannot use, and exit 2.")
     parser.add_argument("-p", "--ssh-port", type=int, default=None)

@@ -58,7 +58,7 @@ if __package__ in (None, ""):
     # Run as a file (the batch script does): import the package from the checkout.
     sys.path[0] = str(Path(__file__).resolve().parents[2])
 
-from horovod_train.errors import RunFailed, UserError, run_main  # noqa: E402
+from horovod_train.errors import ArgumentParser, RunFailed, UserError, run_main  # noqa: E402
 from horovod_train.launch.hosts import Host, SshTarget, host_list, probe_ssh_port, total_slots  # noqa: E402
 
 RUNTIMES = ("venv", "apptainer", "pyxis")
@@ -380,7 +380,7 @@ def run_job(trainer_args: list[str], env: dict | None = None, settings: Settings
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="slurm.py", description=__doc__,
+    parser = ArgumentParser(prog="slurm.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=["run"])
     parser.add_argument("trainer_args", nargs=argparse.REMAINDER,

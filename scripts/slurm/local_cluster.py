@@ -45,7 +45,7 @@ SCRIPTS = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(SCRIPTS))
 import emulate_cluster  # noqa: E402  (which puts the checkout's package on the path)
 
-from horovod_train.errors import RunFailed, UserError, run_main  # noqa: E402
+from horovod_train.errors import ArgumentParser, RunFailed, UserError, run_main  # noqa: E402
 
 STATE_DIR = Path(os.environ.get("SLURM_STATE_DIR", "/run/horovod-train-slurm"))
 PARTITION = "hvt"
@@ -305,7 +305,7 @@ def status(state: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="local_cluster.sh", description=__doc__,
+    parser = ArgumentParser(prog="local_cluster.sh", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=["up", "env", "status", "down"])
     args = parser.parse_args(argv)

@@ -34,7 +34,7 @@ try:
 except ImportError:  # said in one line by main()
     submitit = None
 
-from horovod_train.errors import RunFailed, UserError, run_main
+from horovod_train.errors import ArgumentParser, RunFailed, UserError, run_main
 from horovod_train.launch import slurm
 
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -139,7 +139,7 @@ def positive(text: str) -> int:
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    parser = argparse.ArgumentParser(prog="submit.py", description=__doc__,
+    parser = ArgumentParser(prog="submit.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     job = parser.add_argument_group("the job")
     job.add_argument("--nodes", type=positive, default=2)
