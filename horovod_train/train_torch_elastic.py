@@ -102,9 +102,16 @@ def run(config: RunConfig) -> dict:
         state.samples_done = min(n_train, state.samples_done + hvd.size() * config.batch_size)
         state.steps += 1
         if state.steps % config.commit_every == 0:
-            state.commit()
-            events.write("commit", epoch=state.epoch, samples_done=state.samples_done)
+            commit()
         return sums
+
+    def commit() -> None:
+        """state.commit(), logged between its two halves: the check for new
+        or lost hosts can interrupt right after the save, and a reset then
+        goes back to this commit, which the log must already hold."""
+        state.save()
+        events.write("commit", epoch=state.epoch, samples_done=state.samples_done)
+        state.check_host_updates()
 
     def epoch_batches(epoch: int):
         """From the position the state holds (after a reset, the last
@@ -118,8 +125,7 @@ def run(config: RunConfig) -> dict:
 
     def end_epoch(epoch: int) -> None:
         state.epoch, state.samples_done = epoch + 1, 0
-        state.commit()
-        events.write("commit", epoch=state.epoch, samples_done=0)
+        commit()
 
     @hvd.elastic.run
     def train(state) -> dict:

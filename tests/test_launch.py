@@ -291,6 +291,35 @@ def test_an_openmpi_hostfile_launches_across_two_hosts(cluster, tmp_path):
     assert sorted(path.read_text() for path in markers.iterdir()) == ["a", "a", "b"]
 
 
+@pytest.mark.cluster
+@pytest.mark.parametrize("rule, said", [
+    (["-j", "REJECT", "--reject-with", "tcp-reset"], "connection refused"),
+    (["-j", "DROP"], "no answer within 5 s"),
+], ids=["port closed", "port blocked"])
+def test_ssh_port_closed_on_b_only_is_one_line_before_any_rank(cluster, tmp_path, rule, said):
+    """A firewall rule inside host b refuses or drops its SSH port, a stays
+    reachable: from a, the launcher names b within 30 s and starts nothing."""
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    iptables_in_b = ["ip", "netns", "exec", "hvt-b", "iptables"]
+    ssh_rule = ["INPUT", "-p", "tcp", "--dport", "12345", *rule]
+    subprocess.run([*iptables_in_b, "-A", *ssh_rule], check=True, timeout=30)
+    try:
+        started = time.monotonic()
+        result = subprocess.run(
+            [str(EMULATE), "exec", "a", "--", str(LAUNCH), "-np", "4", "-H", "a:2,b:2",
+             "-p", "12345", *marker_command(markers)],
+            cwd=REPO, env=ENV, capture_output=True, text=True, timeout=120)
+        elapsed = time.monotonic() - started
+    finally:
+        subprocess.run([*iptables_in_b, "-D", *ssh_rule], check=True, timeout=30)
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        f"launch: error: cannot reach host b on SSH port 12345: {said}"), result.stderr
+    assert elapsed < 30 and list(markers.iterdir()) == []
+
+
 def test_a_failing_command_fails_the_launch(tmp_path):
     result, _ = launch("-np", "1", "-H", "localhost:1", "--gloo",
                        str(BIN / "python"), "-c", "raise SystemExit(3)")
