@@ -4,6 +4,7 @@ cached wheel instead of compiling."""
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 import tarfile
@@ -29,6 +30,26 @@ def test_installed_horovod_has_pytorch_mpi_and_gloo():
         assert line in result.stdout, result.stdout
 
 
+@pytest.mark.parametrize("controller", [[], ["--gloo"]], ids=["mpi", "gloo"])
+def test_horovodrun_asks_how_horovod_was_built_without_importing_a_framework(tmp_path,
+                                                                             controller):
+    """The launch-checks patch: before every launch horovodrun asks whether
+    Horovod was built with MPI or Gloo, which upstream answers by importing
+    an extension and so its framework (TensorFlow first: seconds); it reads
+    the extension's library instead. Frameworks that leave a mark when
+    imported stand in front of the real ones."""
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    for name in ("tensorflow", "torch", "mxnet"):
+        (shadow / f"{name}.py").write_text(f"open({str(tmp_path / name)!r}, 'w').close()\n")
+    result = subprocess.run([str(BIN / "horovodrun"), "-np", "1", "-H", "localhost:1",
+                             *controller, "true"],
+                            env={**os.environ, "PYTHONPATH": str(shadow)},
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert not [name for name in ("tensorflow", "torch", "mxnet") if (tmp_path / name).exists()]
+
+
 def installed_frameworks() -> str:
     """The frameworks this venv's Horovod was built for, as setup.sh recorded."""
     record = Path(sys.prefix) / build_horovod.BUILD_RECORD
@@ -52,7 +73,9 @@ def test_cache_entry_is_named_by_the_key_and_records_its_inputs():
     assert list(entry.glob("horovod-0.28.1-*.whl"))
     inputs = (entry / "inputs.json").read_text()
     for fact in ("horovod-0.28.1-cxx-standard.patch", "horovod-0.28.1-ssh-host-key-checking.patch",
-                 "horovod-0.28.1-torch-cpu-only.patch", "pytorch", "HOROVOD_WITH_GLOO"):
+                 "horovod-0.28.1-torch-cpu-only.patch",
+                 "horovod-0.28.1-launch-checks-without-frameworks.patch", "pytorch",
+                 "HOROVOD_WITH_GLOO"):
         assert fact in inputs
 
 
