@@ -4,6 +4,7 @@ process is left on any host, the last checkpoint is whole, and --resume
 goes on from it."""
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -85,6 +86,8 @@ def test_a_killed_rank_ends_the_job_fast_and_resume_goes_on(controller, cluster,
     else:
         # Horovod names the first rank to exit (through ssh: 255, or 137 locally).
         assert "The first process to do so was:\nProcess name: 3\n" in output, output[-3000:]
+    # The ranks left say so in one line each, not in a traceback.
+    assert not re.search(r"^\[[\d,]+\]<stderr>:Traceback", output, re.M), output[-3000:]
     # The other ranks are ended by horovodrun, over ssh for host b: give
     # them a few seconds, then none may be left.
     gone_by = time.monotonic() + 10
