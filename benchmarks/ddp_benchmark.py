@@ -83,8 +83,8 @@ def main() -> int:
         optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
         model.train()
         mine = timed_steps.time_steps(timed_steps.ddp_step(model, optimizer, batches),
-                                    args.warmup_steps, args.benchmark_steps, args.batch_size,
-                                    device)
+                                      args.warmup_steps, args.benchmark_steps, args.batch_size,
+                                      device)
         per_rank = [None] * size
         dist.all_gather_object(per_rank, mine)
         record = timed_steps.summarize(per_rank, {

@@ -83,21 +83,16 @@ def trainer_command(args: argparse.Namespace, data_dir: Path, log_dir: Path) -> 
             *args.trainer_args]
 
 
+def with_path_names(text: str, data_dir: Path, log_dir: Path) -> str:
+    """`text` with DATA_DIR and LOG_DIR for this run's temporary paths."""
+    return text.replace(str(data_dir), "DATA_DIR").replace(str(log_dir), "LOG_DIR")
+
+
 def as_typed(command: list[str], data_dir: Path, log_dir: Path) -> list[str]:
     """The command as a user types it: names for this run's own paths."""
-    names = {sys.executable: "python", str(TRAINER): "horovod_train/pytorch_mnist.py",
-             str(Path(sys.executable).parent / "horovodrun"): "horovodrun",
-             str(data_dir): "DATA_DIR", str(log_dir): "LOG_DIR"}
-    return [names.get(part, part) for part in command]
-
-
-def named_paths(options_record: dict, data_dir: Path, log_dir: Path) -> dict:
-    """The trainer's options with the same names for the temporary paths."""
-    def name(value):
-        if not isinstance(value, str):
-            return value
-        return value.replace(str(data_dir), "DATA_DIR").replace(str(log_dir), "LOG_DIR")
-    return {key: name(value) for key, value in options_record.items()}
+    programs = {sys.executable: "python", str(TRAINER): "horovod_train/pytorch_mnist.py",
+                str(Path(sys.executable).parent / "horovodrun"): "horovodrun"}
+    return [programs.get(part) or with_path_names(part, data_dir, log_dir) for part in command]
 
 
 ANSWER = "reached test accuracy"  # the trainer's line when the target is reached
@@ -176,12 +171,12 @@ def main() -> int:
     if args.json:
         check_writable(args.json)  # now, not after minutes of training
     with tempfile.TemporaryDirectory(prefix="time-to-accuracy-") as work:
-        data_dir = Path(work) / "mnist"
+        data_dir, log_dir = Path(work) / "mnist", Path(work) / "run"
         mnist.write_subset(args.source, data_dir, N_TRAIN, N_TEST)
-        command = trainer_command(args, data_dir, Path(work) / "run")
+        command = trainer_command(args, data_dir, log_dir)
         summaries, runs = [], []
         for _ in range(args.repeats):
-            shutil.rmtree(Path(work) / "run", ignore_errors=True)
+            shutil.rmtree(log_dir, ignore_errors=True)
             summary, clocks = run_trainer(command, Path(work))
             summaries.append(summary)
             runs.append(run_figures(summary, clocks))
@@ -194,13 +189,14 @@ def main() -> int:
         "target_accuracy": args.target_accuracy,
         "ranks": args.np,
         "data": {"source": str(args.source), "train": N_TRAIN, "test": N_TEST},
-        "command": as_typed(command, data_dir, Path(work) / "run"),
+        "command": as_typed(command, data_dir, log_dir),
         "reached": reached,
         "command_to_answer_s": median_of(runs, "command_to_answer_s") if reached else None,
         "command_wall_s": median_of(runs, "command_wall_s"),
         "time_to_target_s": median_of(runs, "time_to_target_s") if reached else None,
         "runs": runs,
-        "options": named_paths(summaries[0]["options"], data_dir, Path(work) / "run"),
+        "options": {key: with_path_names(value, data_dir, log_dir) if isinstance(value, str)
+                    else value for key, value in summaries[0]["options"].items()},
     }
     print(format_record(record), flush=True)
     if args.json:

@@ -56,6 +56,6 @@ def atomic_write_json(path: str | os.PathLike, record) -> None:
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(path, (json.dumps(record, indent=2) + "\n").encode())
     except OSError as err:
         raise UserError(f"cannot write {path}: {err.strerror or err}") from None
+    atomic_write_bytes(path, (json.dumps(record, indent=2) + "\n").encode())

@@ -41,9 +41,6 @@ class TensorBoardScalars:
     def _write(self, event) -> None:
         self.records.write(event.SerializeToString())
 
-    def flush(self) -> None:
-        self.file.flush()
-
     def close(self) -> None:
         self.file.close()
 
@@ -85,7 +82,6 @@ class MetricsLog:
             for key, value in record.items():
                 if key != "epoch" and isinstance(value, int | float):
                     self.tensorboard.add_scalar(key, value, record["epoch"])
-            self.tensorboard.flush()
         except OSError as err:
             raise UserError(f"cannot write {self.tensorboard.file.name}: "
                             f"{err.strerror or err}") from None

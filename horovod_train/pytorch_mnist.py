@@ -90,7 +90,7 @@ def main() -> int:
         # Another rank ended or stopped answering (an elastic run recovers
         # inside and gets here only when it cannot): one line on each rank
         # instead of a traceback; horovodrun names the rank that ended first.
-        said = str(err).strip().splitlines()[0].split(". ")[0] if str(err).strip() else "no reason"
+        said = (str(err).strip() or "no reason").splitlines()[0].split(". ")[0]
         raise RunFailed(f"Horovod stopped the job: {said} (another rank ended or stopped "
                         "answering)") from None
     return 0

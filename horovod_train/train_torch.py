@@ -272,8 +272,8 @@ def benchmark(config: RunConfig) -> dict:
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     model.train()
     mine = timed_steps.time_steps(timed_steps.horovod_step(model, optimizer, batches),
-                                     config.warmup_steps, config.benchmark_steps, config.batch_size,
-                                     device)
+                                  config.warmup_steps, config.benchmark_steps, config.batch_size,
+                                  device)
     per_rank = hvd.allgather_object(mine, name="benchmark")
     record = timed_steps.summarize(per_rank, {
         "launcher": "horovod", "controller": rt.controller, "model": config.model,
