@@ -242,6 +242,14 @@ Host {' '.join(names)}
     StrictHostKeyChecking yes
     BatchMode yes
     ConnectTimeout 10
+    # A host that stops answering (its link down) ends the ssh sessions to it
+    # within 45-60 s, and with them an elastic driver's wait for the workers
+    # there (TCP alone would wait for hours). After the limits that name what
+    # was lost: mpirun's keepalive (docker/openmpi-mca-params.conf, 25 s; a
+    # dead ssh would read as a daemon that failed to start) and Gloo's 30 s
+    # timeout (a dead ssh would end the job without the trainer's line).
+    ServerAliveInterval 15
+    ServerAliveCountMax 4
     LogLevel ERROR
 """
 
@@ -277,6 +285,9 @@ def down(state: Path, quiet: bool = False) -> None:
             while pids and time.monotonic() < deadline:
                 pids = [p for p in pids if Path(f"/proc/{p}").exists()]
                 time.sleep(0.1)
+        # The link first: a deleted namespace is cleaned up later, in the
+        # background, and its link would block the next `up` meanwhile.
+        sh("ip", "link", "del", f"{ns}0", check=False)
         sh("ip", "netns", "del", ns, check=False)
     sh("ip", "link", "del", BRIDGE, check=False)
     if state.exists():
