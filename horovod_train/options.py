@@ -85,6 +85,13 @@ def base_parser(prog: str, description: str) -> argparse.ArgumentParser:
                          help="compress gradients to float16 for the allreduce")
     horovod.add_argument("--use-adasum", action="store_true",
                          help="combine gradients with Adasum instead of averaging")
+    horovod.add_argument("--stall-limit", type=non_negative_float, default=60.0,
+                         metavar="SECONDS",
+                         help="end the job when no training step finished for SECONDS on a "
+                              "rank (another rank stopped, a host cut off: collectives over "
+                              "MPI wait for ever), with one line naming the ranks that stopped "
+                              "answering; 0: off. Not in --elastic runs, where Horovod Elastic "
+                              "handles lost ranks")
 
     device = parser.add_argument_group("device")
     device.add_argument("--no-cuda", action="store_true", help="train on the CPU")
@@ -126,6 +133,7 @@ class RunConfig:
     target_accuracy: float | None
     fp16_allreduce: bool
     use_adasum: bool
+    stall_limit: float
     no_cuda: bool
     threads: int | None
     log_dir: Path

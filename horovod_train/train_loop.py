@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from horovod_train import console, distributed, lr_schedule, metrics
+from horovod_train import console, distributed, lr_schedule, metrics, watchdog
 from horovod_train.options import RunConfig
 
 # (loss sum, correct, images) of a batch: numbers, or tensors on the device.
@@ -54,7 +54,8 @@ class Steps:
 
 def train_epoch(train_batch: Callable[[Any, Any], BatchSums], set_lr: Callable[[float], None],
                 batches: Iterable, lr_at: Callable[[int], float], first_step: int = 0,
-                batches_per_step: int = 1, bar=None) -> tuple[float, float, int]:
+                batches_per_step: int = 1,
+                after_batch: Callable[[], None] = no_op) -> tuple[float, float, int]:
     """Train on `batches`; returns this rank's loss sum, correct count and
     images. The sums stay on the device until this returns."""
     loss_sum = correct = 0
@@ -65,12 +66,11 @@ def train_epoch(train_batch: Callable[[Any, Any], BatchSums], set_lr: Callable[[
         loss_sum = loss_sum + batch_loss
         correct = correct + batch_correct
         count += images_in_batch
-        if bar is not None:
-            bar.update()
+        after_batch()
     return float(loss_sum), float(correct), count
 
 
-def evaluate(steps: Steps) -> dict:
+def evaluate(steps: Steps, after_batch: Callable[[], None] = no_op) -> dict:
     """Test loss and accuracy: each rank scores its slice, the sums over
     ranks are exact."""
     steps.start_eval()
@@ -81,6 +81,7 @@ def evaluate(steps: Steps) -> dict:
         loss_sum = loss_sum + batch_loss
         correct = correct + batch_correct
         count += images_in_batch
+        after_batch()
     loss_sum, correct, count = steps.sum_across_ranks(
         [float(loss_sum), float(correct), float(count)], "eval")
     return {"test_loss": loss_sum / count, "test_accuracy": correct / count}
@@ -113,54 +114,65 @@ def fit(config: RunConfig, rt, steps: Steps, n_train: int, n_test: int, epochs_d
     target = {"target_accuracy": config.target_accuracy, "target_reached_epoch": None,
               "time_to_target_s": None}
     training_started = time.perf_counter()  # options.TIMES_EPILOG
-    for epoch in range(epochs_done, config.epochs):
-        steps.start_epoch(epoch)
-        bar = console.progress(steps.batches_per_epoch, f"epoch {epoch + 1}/{config.epochs}",
-                               enabled=rt.is_root and not config.no_progress,
-                               every_s=config.progress_every)
-        tic = time.perf_counter()
-        loss_sum, correct, count = train_epoch(
-            steps.train_batch, steps.set_lr,
-            itertools.islice(steps.epoch_batches(epoch), steps.batches_per_epoch), lr_at,
-            first_step=epoch * steps_per_epoch, batches_per_step=steps.batches_per_step, bar=bar)
-        epoch_seconds = time.perf_counter() - tic
-        bar.close()
-        images_seen += count
-        step_seconds += epoch_seconds
+    # Elastic runs leave lost ranks to Horovod Elastic (its own timeouts).
+    stall_limit = 0 if config.elastic else config.stall_limit
+    with watchdog.watching(stall_limit, rt.rank, rt.hostname, steps.allgather_object) as dog:
+        for epoch in range(epochs_done, config.epochs):
+            steps.start_epoch(epoch)
+            bar = console.progress(steps.batches_per_epoch,
+                                   f"epoch {epoch + 1}/{config.epochs}",
+                                   enabled=rt.is_root and not config.no_progress,
+                                   every_s=config.progress_every)
 
-        steps.average_buffers()
-        test_metrics = evaluate(steps)
-        # Every rank sees the same accuracy (summed over ranks), so all stop together.
-        reached = (config.target_accuracy is not None
-                   and test_metrics["test_accuracy"] >= config.target_accuracy)
-        if reached:
-            target.update(target_reached_epoch=epoch + 1,
-                          time_to_target_s=time.perf_counter() - training_started)
-        record = metrics.epoch_record(
-            epoch + 1, lr_at((epoch + 1) * steps_per_epoch - 1),
-            steps.sum_across_ranks([loss_sum, correct, count, count / epoch_seconds],
-                                   f"train.{epoch}"),
-            test_metrics, epoch_seconds)
-        # Every rank learns if rank 0 could not write (a full disk), and all
-        # end with its one line instead of waiting in their next collective.
-        distributed.check_all_ranks(steps.allgather_object, rt.rank,
-                                    functools.partial(write_epoch, rt, log, steps, record),
-                                    "epoch outputs")
-        if rt.is_root:
-            console.say(metrics.format_epoch(record))
+            def after_batch(bar=bar):
+                bar.update()
+                dog.beat()
+
+            tic = time.perf_counter()
+            loss_sum, correct, count = train_epoch(
+                steps.train_batch, steps.set_lr,
+                itertools.islice(steps.epoch_batches(epoch), steps.batches_per_epoch), lr_at,
+                first_step=epoch * steps_per_epoch, batches_per_step=steps.batches_per_step,
+                after_batch=after_batch)
+            epoch_seconds = time.perf_counter() - tic
+            bar.close()
+            images_seen += count
+            step_seconds += epoch_seconds
+
+            steps.average_buffers()
+            test_metrics = evaluate(steps, dog.beat)
+            # Every rank sees the same accuracy (summed over ranks), so all stop together.
+            reached = (config.target_accuracy is not None
+                       and test_metrics["test_accuracy"] >= config.target_accuracy)
             if reached:
-                console.say(f"reached test accuracy {config.target_accuracy} after epoch "
-                            f"{epoch + 1}, {target['time_to_target_s']:.1f} s of training")
-        steps.end_epoch(epoch)
-        if reached:
-            break
-    train_seconds = time.perf_counter() - training_started
-    log.close()
-    if epochs_done >= config.epochs:
-        test_metrics = evaluate(steps)
+                target.update(target_reached_epoch=epoch + 1,
+                              time_to_target_s=time.perf_counter() - training_started)
+            record = metrics.epoch_record(
+                epoch + 1, lr_at((epoch + 1) * steps_per_epoch - 1),
+                steps.sum_across_ranks([loss_sum, correct, count, count / epoch_seconds],
+                                       f"train.{epoch}"),
+                test_metrics, epoch_seconds)
+            # Every rank learns if rank 0 could not write (a full disk), and all
+            # end with its one line instead of waiting in their next collective.
+            distributed.check_all_ranks(steps.allgather_object, rt.rank,
+                                        functools.partial(write_epoch, rt, log, steps, record),
+                                        "epoch outputs")
+            dog.beat()
+            if rt.is_root:
+                console.say(metrics.format_epoch(record))
+                if reached:
+                    console.say(f"reached test accuracy {config.target_accuracy} after epoch "
+                                f"{epoch + 1}, {target['time_to_target_s']:.1f} s of training")
+            steps.end_epoch(epoch)
+            if reached:
+                break
+        train_seconds = time.perf_counter() - training_started
+        log.close()
+        if epochs_done >= config.epochs:
+            test_metrics = evaluate(steps, dog.beat)
 
-    mine = metrics.rank_figures(rt, images_seen, step_seconds, train_seconds, steps.digest())
-    ranks = steps.allgather_object(mine, name="summary")
+        mine = metrics.rank_figures(rt, images_seen, step_seconds, train_seconds, steps.digest())
+        ranks = steps.allgather_object(mine, name="summary")
     summary = metrics.build_summary(framework, model_name, rt, ranks, test_metrics, config.epochs,
                                     epochs_done, time.perf_counter() - started, config)
     summary.update(target)

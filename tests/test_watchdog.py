@@ -1,0 +1,64 @@
+"""The stall watchdog's parts: who it names, what it says, how it finds
+rank 0 and tells a rank's process from a later one with the same pid.
+Its whole behaviour (a stopped rank, a host cut off, a slow link) is
+tested on the emulated hosts in test_stalls.py."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from horovod_train import pytorch_mnist, watchdog
+
+# Ranks 0 and 1 on host a, 2 and 3 on host b; rank 0 listens for heartbeats.
+PEERS = [watchdog.Peer(0, "a", 10, "1", ("10.0.0.1",), 5000),
+         watchdog.Peer(1, "a", 11, "1", (), 0),
+         watchdog.Peer(2, "b", 12, "1", (), 0),
+         watchdog.Peer(3, "b", 13, "1", (), 0)]
+
+
+def test_silent_ranks_are_named_by_host():
+    assert watchdog.describe_ranks([3], PEERS) == "rank 3 on host b"
+    assert watchdog.describe_ranks([3, 2], PEERS) == "ranks 2, 3 on host b"
+    assert watchdog.describe_ranks([0, 2, 3], PEERS) == "rank 0 on host a and ranks 2, 3 on host b"
+
+
+def test_the_stall_line_says_who_stopped_answering_and_the_limit():
+    line = watchdog.stall_message(60, [2, 3], PEERS, me=0)
+    assert line == ("no training step finished for 60 s on rank 0 (host a): ranks 2, 3 on host "
+                    "b stopped answering (stopped, or cut off); ending the job (--stall-limit 60)")
+
+
+def test_with_every_rank_answering_the_line_points_outside_horovod():
+    line = watchdog.stall_message(7.5, [], PEERS, me=2)
+    assert line.startswith("no training step finished for 7.5 s on rank 2 (host b): every rank "
+                           "still answers")
+
+
+def test_rank_0_is_found_at_one_of_its_host_addresses():
+    # The loopback interface always has one; the others depend on the host.
+    assert "127.0.0.1" in watchdog.host_addresses()
+
+
+def test_a_process_is_told_from_a_later_one_with_its_pid():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        started = watchdog.process_start_time(child.pid)
+        assert started and started != watchdog.process_start_time(os.getpid())
+    finally:
+        child.kill()
+        child.wait()
+    assert watchdog.process_start_time(child.pid) == ""  # gone: nothing to kill by mistake
+
+
+@pytest.mark.parametrize("value,accepted", [("0", True), ("2.5", True), ("-1", False),
+                                            ("soon", False)])
+def test_the_stall_limit_is_seconds_or_0_for_off(value, accepted, capsys):
+    if accepted:
+        assert pytorch_mnist.parse_args(["--stall-limit", value]).stall_limit == float(value)
+    else:
+        with pytest.raises(SystemExit) as ended:
+            pytorch_mnist.parse_args(["--stall-limit", value])
+        assert ended.value.code == 2
+        assert capsys.readouterr().err.count("\n") == 1
