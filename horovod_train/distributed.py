@@ -3,6 +3,7 @@ process, share CPU cores, stop all ranks together on a user error, and
 fingerprint the weights. `hvd` is the framework's Horovod module
 (horovod.torch, horovod.tensorflow or horovod.mxnet); all share this API."""
 
+import contextlib
 import hashlib
 import os
 import socket
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from horovod_train import mnist, outputs, sharding
-from horovod_train.errors import UserError
+from horovod_train.errors import RunFailed, UserError
 from horovod_train.options import RunConfig
 
 
@@ -70,6 +71,30 @@ def check_all_ranks(allgather_object, rank: int, step, name: str):
     if errors:
         raise UserError(errors[0] if error is None else error)
     return result
+
+
+# What Horovod's errors say when it ended the job under a rank.
+HOROVOD_SHUT_DOWN = "Horovod has been shut down"
+
+
+@contextlib.contextmanager
+def one_line_when_horovod_stops():
+    """Horovod ending the job under this rank (another rank ended or stopped
+    answering) as one line, a RunFailed, instead of a traceback; horovodrun
+    names the rank that ended first. PyTorch raises HorovodInternalError,
+    TensorFlow and MXNet errors of their own whose text says so. (An
+    elastic run recovers inside, and gets here only when it cannot.)"""
+    from horovod.common.exceptions import HorovodInternalError
+
+    try:
+        yield
+    except Exception as err:
+        if not (isinstance(err, HorovodInternalError) or HOROVOD_SHUT_DOWN in str(err)):
+            raise
+        said = HOROVOD_SHUT_DOWN if HOROVOD_SHUT_DOWN in str(err) else (
+            str(err).strip() or "no reason").splitlines()[0].split(". ")[0]
+        raise RunFailed(f"Horovod stopped the job: {said} (another rank ended or stopped "
+                        "answering)") from None
 
 
 def prepare_run(hvd, rt: Runtime, config: RunConfig) -> tuple:

@@ -25,13 +25,14 @@ def parse_args(argv: list[str]) -> options.RunConfig:
 
 def main() -> int:
     config = parse_args(sys.argv[1:])
-    from horovod_train.distributed import threads_before_init
+    from horovod_train import distributed
 
     # MXNet sizes its OpenMP pool when it is imported: share the cores first.
-    os.environ["OMP_NUM_THREADS"] = str(threads_before_init(config.threads))
+    os.environ["OMP_NUM_THREADS"] = str(distributed.threads_before_init(config.threads))
     from horovod_train import train_mxnet
 
-    train_mxnet.run(config)
+    with distributed.one_line_when_horovod_stops():
+        train_mxnet.run(config)
     return 0
 
 

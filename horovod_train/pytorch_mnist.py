@@ -16,7 +16,7 @@ if __package__ in (None, ""):
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 from horovod_train import options  # noqa: E402
-from horovod_train.errors import RunFailed, run_main  # noqa: E402
+from horovod_train.errors import run_main  # noqa: E402
 from horovod_train.models import MNIST_MODELS, MODELS  # noqa: E402
 from horovod_train.presets import PRESETS, describe_preset  # noqa: E402
 
@@ -73,11 +73,9 @@ def parse_args(argv: list[str]) -> options.RunConfig:
 def main() -> int:
     config = parse_args(sys.argv[1:])
     # Imported after parsing, so --help and option errors answer at once.
-    from horovod.common.exceptions import HorovodInternalError
+    from horovod_train import distributed, train_torch
 
-    from horovod_train import train_torch
-
-    try:
+    with distributed.one_line_when_horovod_stops():
         if config.elastic:
             from horovod_train import train_torch_elastic
 
@@ -86,13 +84,6 @@ def main() -> int:
             train_torch.benchmark(config)
         else:
             train_torch.run(config)
-    except HorovodInternalError as err:
-        # Another rank ended or stopped answering (an elastic run recovers
-        # inside and gets here only when it cannot): one line on each rank
-        # instead of a traceback; horovodrun names the rank that ended first.
-        said = (str(err).strip() or "no reason").splitlines()[0].split(". ")[0]
-        raise RunFailed(f"Horovod stopped the job: {said} (another rank ended or stopped "
-                        "answering)") from None
     return 0
 
 

@@ -29,9 +29,10 @@ def main() -> int:
     # TensorFlow's start-up INFO lines would drown each rank's output.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     # Imported after parsing, so --help and option errors answer at once.
-    from horovod_train import train_tensorflow
+    from horovod_train import distributed, train_tensorflow
 
-    train_tensorflow.run(config)
+    with distributed.one_line_when_horovod_stops():
+        train_tensorflow.run(config)
     return 0
 
 
