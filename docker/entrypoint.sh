@@ -41,6 +41,12 @@ Host ${CLUSTER_HOSTS}
     StrictHostKeyChecking ${checking}
     BatchMode yes
     ConnectTimeout 10
+    # A host that stops answering ends the ssh sessions to it within 45-60 s
+    # (an elastic driver then drops it; TCP alone waits for hours), after the
+    # limits that name what was lost: mpirun's keepalive (25 s,
+    # /etc/openmpi/openmpi-mca-params.conf) and Gloo's timeout (30 s).
+    ServerAliveInterval 15
+    ServerAliveCountMax 4
 CONFIG
     chmod 600 /root/.ssh/config
   else

@@ -28,9 +28,10 @@ LAUNCH = REPO / "scripts" / "launch.sh"
 ENV = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
 
 
-def launch(*argv: str, timeout: int = 120) -> tuple[subprocess.CompletedProcess, float]:
+def launch(*argv: str, timeout: int = 120,
+           env: dict | None = None) -> tuple[subprocess.CompletedProcess, float]:
     started = time.monotonic()
-    result = subprocess.run([str(LAUNCH), *argv], cwd=REPO, env=ENV, capture_output=True,
+    result = subprocess.run([str(LAUNCH), *argv], cwd=REPO, env=env or ENV, capture_output=True,
                             text=True, timeout=timeout)
     return result, time.monotonic() - started
 
@@ -318,6 +319,21 @@ def test_ssh_port_closed_on_b_only_is_one_line_before_any_rank(cluster, tmp_path
     assert len(lines) == 1 and lines[0].startswith(
         f"launch: error: cannot reach host b on SSH port 12345: {said}"), result.stderr
     assert elapsed < 30 and list(markers.iterdir()) == []
+
+
+@pytest.mark.parametrize("controller", ["mpi", "gloo"])
+def test_the_ranks_get_the_projects_open_mpi_settings_unless_set(controller):
+    """docker/openmpi-mca-params.conf (mpirun's keepalive to its daemons)
+    reaches a launch outside the image; a value the user set wins."""
+    # One write: horovodrun tags each piece of a line that print() writes apart.
+    show = [str(BIN / "python"), "-c", "import os, sys; sys.stdout.write(' '.join(['keepalive', "
+            "*(os.environ['OMPI_MCA_oob_tcp_keepalive_' + n] for n in ('time', 'intvl', "
+            "'probes'))]) + '\\n')"]
+    ours, _ = launch("-np", "1", "-H", "localhost:1", f"--{controller}", *show)
+    assert "keepalive 10 5 3" in ours.stdout, ours.stdout + ours.stderr
+    users, _ = launch("-np", "1", "-H", "localhost:1", f"--{controller}", *show,
+                      env={**ENV, "OMPI_MCA_oob_tcp_keepalive_time": "42"})
+    assert "keepalive 42 5 3" in users.stdout, users.stdout + users.stderr
 
 
 def test_a_failing_command_fails_the_launch(tmp_path):

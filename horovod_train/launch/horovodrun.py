@@ -18,7 +18,9 @@ A problem is one line, `launch: error: ...`, and exit 2, before any process
 starts. Otherwise horovodrun replaces this process with the same arguments,
 but for -hostfile FILE, which becomes -H with the hosts FILE lists:
 horovodrun's own hostfile reader fails on comments, blank lines and a host
-without slots=. Elastic runs (--host-discovery-script) are passed on
+without slots=. The project's Open MPI settings (docker/openmpi-mca-params.conf:
+mpirun notices a host that stopped answering) come with it as OMPI_MCA_*
+variables. Elastic runs (--host-discovery-script) are passed on
 unchecked.
 """
 
@@ -107,6 +109,21 @@ def with_host_list(argv: list[str], command: list[str], listed: list[hosts.Host]
     return rewritten + rest
 
 
+# The project's Open MPI settings (why: in the file), for launches outside
+# the image, whose Open MPI reads them from its own configuration.
+MPI_SETTINGS = Path(__file__).resolve().parents[2] / "docker" / "openmpi-mca-params.conf"
+
+
+def mpi_settings_environment(path: Path = MPI_SETTINGS) -> dict[str, str]:
+    """The file's `name = value` lines as OMPI_MCA_name variables."""
+    settings = {}
+    for line in path.read_text().splitlines():
+        name, equals, value = line.split("#", 1)[0].partition("=")
+        if equals:
+            settings[f"OMPI_MCA_{name.strip()}"] = value.strip()
+    return settings
+
+
 def horovodrun_path() -> str:
     """The horovodrun installed beside this Python, else the one on PATH."""
     beside = Path(sys.executable).parent / "horovodrun"
@@ -126,6 +143,8 @@ def main(argv: list[str]) -> int:
     if args.hostfile:
         argv = with_host_list(argv, args.command, listed)
     horovodrun = horovodrun_path()
+    for name, value in mpi_settings_environment().items():
+        os.environ.setdefault(name, value)
     sys.stdout.flush()
     os.execv(horovodrun, [horovodrun, *argv])
     return 0  # not reached
