@@ -24,6 +24,18 @@ T10K_DIR = Path(os.environ.get("MNIST_T10K_DIR",
                                REPO.parent / "shared" / "datasets" / "mnist-t10k"))
 
 
+def pytest_addoption(parser):
+    soak = parser.getgroup("soak", "tests/test_soak.py: the two-host command again and again")
+    soak.addoption("--soak-runs", type=int, default=2, metavar="N",
+                   help="consecutive runs, alternating Gloo and MPI (default 2; 20 for the "
+                        "long soak)")
+    soak.addoption("--soak-faults", type=int, default=1, metavar="N",
+                   help="runs with a random fault at a random moment (default 1; 10 for the "
+                        "long soak)")
+    soak.addoption("--soak-seed", type=int, default=None,
+                   help="the faults' random choices (default: a new seed, printed)")
+
+
 @pytest.fixture(scope="session")
 def t10k_dir() -> Path:
     if not (T10K_DIR / "t10k-images-idx3-ubyte.gz").is_file():
@@ -217,6 +229,29 @@ def assert_clean_output(output: str) -> None:
 
 def on_host(host: str, command: list[str]) -> list[str]:
     return [str(EMULATE), "exec", host, "--", *command]
+
+
+def trainer_pids(log_dir: Path) -> dict[int, int]:
+    """Every process on this machine (the emulated hosts' included) of the
+    trainer writing to log_dir, and its Horovod rank, read from its
+    environment. The log dir tells this run's ranks from any other test's."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            if b"pytorch_mnist.py" not in cmdline or str(log_dir).encode() not in cmdline:
+                continue
+            environ = dict(item.split("=", 1) for item in
+                           (entry / "environ").read_bytes().decode(errors="replace").split("\0")
+                           if "=" in item)
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        rank = environ.get("HOROVOD_RANK", environ.get("OMPI_COMM_WORLD_RANK"))
+        if rank is not None:
+            found[int(entry.name)] = int(rank)
+    return found
 
 
 def run_on(host: str, *command: str, timeout: int = 60) -> subprocess.CompletedProcess:

@@ -11,36 +11,13 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import BIN, REPO, TRAINER, horovodrun, on_host
+from conftest import BIN, REPO, TRAINER, horovodrun, on_host, trainer_pids
 
 from horovod_train import checkpoint
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
 DETECT_BOUND_S = 60
-
-
-def trainer_pids(log_dir: Path) -> dict[int, int]:
-    """Every process on this machine (the emulated hosts' included) of the
-    trainer writing to log_dir, and its Horovod rank, read from its
-    environment. The log dir tells this run's ranks from any other test's."""
-    found = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-            if b"pytorch_mnist.py" not in cmdline or str(log_dir).encode() not in cmdline:
-                continue
-            environ = dict(item.split("=", 1) for item in
-                           (entry / "environ").read_bytes().decode(errors="replace").split("\0")
-                           if "=" in item)
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        rank = environ.get("HOROVOD_RANK", environ.get("OMPI_COMM_WORLD_RANK"))
-        if rank is not None:
-            found[int(entry.name)] = int(rank)
-    return found
 
 
 def epochs_checkpointed(log_dir: Path) -> int:
