@@ -40,7 +40,7 @@ from horovod_train.errors import RunFailed, UserError, print_error
 HEARTBEAT_EVERY_S = 1.0
 # A rank not heard from for this long has stopped answering (for the
 # message only: ending a rank takes `limit` seconds without progress).
-SILENT_AFTER_S = 10.0
+SILENT_AFTER_S = 5.0
 SIOCGIFADDR = 0x8915  # Linux: the IPv4 address of an interface
 SOURCE_LOCATION = re.compile(r"^\[[^\]]*\.(cc|cpp|h):\d+\]\s*")
 

@@ -147,13 +147,14 @@ def stopped_rank(controller: str, data_dir: Path, log_dir: Path, after_s: float 
     return f"stopped rank ({controller}): ended {ended_s:.1f} s after the SIGSTOP: {line}"
 
 
-def cut_off_b(controller: str, data_dir: Path, log_dir: Path, after_s: float = 0.0) -> str:
-    """b's link down, no process killed, at the default limits: the job ends
-    on a naming b (over MPI mpirun's keepalive to its daemon on b notices
-    first, within 25 s; over Gloo its 30 s timeout, and the trainer names
-    b's ranks), nothing of it is left on a, and nothing on b once its link is
+def cut_off_b(controller: str, data_dir: Path, log_dir: Path, after_s: float = 0.0,
+              env: dict | None = None) -> str:
+    """b's link down, no process killed: the job ends on a naming b (over
+    MPI mpirun's keepalive to its daemon on b notices first, within 25 s;
+    over Gloo its timeout, 30 s by default, and the trainer names b's
+    ranks), nothing of it is left on a, and nothing on b once its link is
     back."""
-    job = Job(controller, training_args(data_dir), log_dir)
+    job = Job(controller, training_args(data_dir), log_dir, env)
     job.wait_for_training(after_s)
     link = ["ip", "-n", "hvt-b", "link", "set", "eth0"]
     subprocess.run([*link, "down"], check=True)

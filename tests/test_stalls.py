@@ -27,10 +27,13 @@ def test_a_stopped_rank_ends_the_job_naming_it(controller, env, trainer_limit, c
                               trainer_limit=trainer_limit))
 
 
-@pytest.mark.parametrize("controller", ["mpi", "gloo"])
-def test_host_b_cut_off_ends_the_job_naming_its_ranks(controller, cluster, small_mnist_dir,
-                                                      tmp_path):
-    print(faults.cut_off_b(controller, small_mnist_dir, tmp_path / "run"))
+@pytest.mark.parametrize("controller,env", [
+    ("mpi", {}),  # at the default limits: mpirun's keepalive notices first
+    ("gloo", {"HOROVOD_GLOO_TIMEOUT_SECONDS": str(faults.STALL_LIMIT_S)}),
+], ids=["mpi", "gloo"])
+def test_host_b_cut_off_ends_the_job_naming_its_ranks(controller, env, cluster,
+                                                      small_mnist_dir, tmp_path):
+    print(faults.cut_off_b(controller, small_mnist_dir, tmp_path / "run", env=env))
 
 
 def test_a_slow_link_is_not_taken_for_a_dead_one(cluster, small_mnist_dir, tmp_path):
