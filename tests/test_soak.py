@@ -24,6 +24,8 @@ CASES = ("stopped rank", "b cut off", "slow link", "ssh closed on b", "disk full
 
 def test_consecutive_runs_all_succeed(cluster, mnist_dir, tmp_path, request):
     runs = request.config.getoption("--soak-runs")
+    if runs < 1:
+        pytest.skip("--soak-runs 0")
     wall = []
     for i in range(runs):
         controller = ("gloo", "mpi")[i % 2]
@@ -55,8 +57,11 @@ def test_random_faults_each_end_as_their_case_says(cluster, mnist_dir, small_mni
     seed = random.randrange(2**32) if seed is None else seed
     rng = random.Random(seed)
     print(f"--soak-seed {seed}")
+    # Every case once in each round of five, in a random order.
+    cases = [case for _ in range(request.config.getoption("--soak-faults"))
+             for case in rng.sample(CASES, len(CASES))]
     for i in range(request.config.getoption("--soak-faults")):
-        case, controller = rng.choice(CASES), rng.choice(("gloo", "mpi"))
+        case, controller = cases[i], rng.choice(("gloo", "mpi"))
         after_s = round(rng.uniform(0, 5), 1)  # after the first steps
         log_dir = tmp_path / f"fault{i}"
         print(f"fault {i}: {case}, {controller}, {after_s} s into training")
