@@ -6,6 +6,7 @@ fingerprint the weights. `hvd` is the framework's Horovod module
 import contextlib
 import hashlib
 import os
+import re
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -75,6 +76,15 @@ def check_all_ranks(allgather_object, rank: int, step, name: str):
 
 # What Horovod's errors say when it ended the job under a rank.
 HOROVOD_SHUT_DOWN = "Horovod has been shut down"
+# Gloo's errors start with [file.cc:line], a path of the machine that built Horovod.
+SOURCE_LOCATION = re.compile(r"^\[[^\]]*\.(cc|cpp|h):\d+\]\s*")
+
+
+def first_sentence(err: BaseException) -> str:
+    """An error of Horovod's, for a one-line message: its first sentence,
+    without Gloo's source location."""
+    first = (str(err).strip() or type(err).__name__).splitlines()[0].split(". ")[0]
+    return SOURCE_LOCATION.sub("", first)
 
 
 @contextlib.contextmanager
@@ -91,8 +101,7 @@ def one_line_when_horovod_stops():
     except Exception as err:
         if not (isinstance(err, HorovodInternalError) or HOROVOD_SHUT_DOWN in str(err)):
             raise
-        said = HOROVOD_SHUT_DOWN if HOROVOD_SHUT_DOWN in str(err) else (
-            str(err).strip() or "no reason").splitlines()[0].split(". ")[0]
+        said = HOROVOD_SHUT_DOWN if HOROVOD_SHUT_DOWN in str(err) else first_sentence(err)
         raise RunFailed(f"Horovod stopped the job: {said} (another rank ended or stopped "
                         "answering)") from None
 

@@ -24,7 +24,6 @@ import contextlib
 import fcntl
 import json
 import os
-import re
 import secrets
 import signal
 import socket
@@ -35,6 +34,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from horovod_train.distributed import first_sentence
 from horovod_train.errors import RunFailed, UserError, print_error
 
 HEARTBEAT_EVERY_S = 1.0
@@ -42,7 +42,6 @@ HEARTBEAT_EVERY_S = 1.0
 # message only: ending a rank takes `limit` seconds without progress).
 SILENT_AFTER_S = 5.0
 SIOCGIFADDR = 0x8915  # Linux: the IPv4 address of an interface
-SOURCE_LOCATION = re.compile(r"^\[[^\]]*\.(cc|cpp|h):\d+\]\s*")
 
 
 @dataclass(frozen=True)
@@ -103,12 +102,11 @@ class Watchdog:
     """See the module's doc. `beat()` after every step; `stop()` at the end."""
 
     def __init__(self, rank: int, peers: list[Peer], limit: float, job: str,
-                 sock: socket.socket, prog: str):
-        self.rank, self.peers, self.limit, self.job, self.prog = rank, peers, limit, job, prog
-        self.sock = sock
+                 sock: socket.socket):
+        self.rank, self.peers, self.limit, self.job, self.sock = rank, peers, limit, job, sock
+        self.prog = Path(sys.argv[0]).name
         now = time.monotonic()
         self.last_progress = now
-        self.steps = 0
         # Rank 0: when it last heard each rank. The others: when rank 0 last
         # answered, what it said, and where it answers from.
         self.heard = [now] * len(peers)
@@ -124,8 +122,7 @@ class Watchdog:
                                         daemon=True)
 
     @classmethod
-    def start(cls, rank: int, hostname: str, limit: float, allgather_object,
-              prog: str | None = None) -> "Watchdog":
+    def start(cls, rank: int, hostname: str, limit: float, allgather_object) -> "Watchdog":
         """Every rank calls this together (it allgathers): rank 0 opens the
         port the heartbeats go to."""
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -137,14 +134,13 @@ class Watchdog:
         job = secrets.token_hex(8) if rank == 0 else ""
         gathered = allgather_object((mine, job), name="watchdog")
         peers, job = [peer for peer, _ in gathered], gathered[0][1]
-        dog = cls(rank, peers, limit, job, sock, prog or Path(sys.argv[0]).name)
+        dog = cls(rank, peers, limit, job, sock)
         dog._thread.start()
         return dog
 
     def beat(self) -> None:
         """A step (or an evaluation batch) finished."""
         self.last_progress = time.monotonic()
-        self.steps += 1
 
     def stop(self) -> None:
         self._stopped.set()
@@ -185,7 +181,7 @@ class Watchdog:
                 self._end_rank()
 
     def _send_heartbeat(self) -> None:
-        message = json.dumps({"job": self.job, "rank": self.rank, "steps": self.steps}).encode()
+        message = json.dumps({"job": self.job, "rank": self.rank}).encode()
         for address in self.root_addresses:
             # Unreachable now (a partition): rank 0 hearing nothing is the signal.
             with contextlib.suppress(OSError):
@@ -241,6 +237,9 @@ class Off:
     def silent_ranks(self) -> list[int]:
         return []
 
+    def stop(self) -> None:
+        pass
+
 
 @contextlib.contextmanager
 def watching(limit: float, rank: int, hostname: str, allgather_object):
@@ -255,11 +254,8 @@ def watching(limit: float, rank: int, hostname: str, allgather_object):
         silent = dog.silent_ranks()
         if not silent or isinstance(err, (UserError, RunFailed)):
             raise
-        said = (str(err).strip() or type(err).__name__).splitlines()[0].split(". ")[0]
-        said = SOURCE_LOCATION.sub("", said)  # Gloo's [file.cc:line], a path of Horovod's build
         dog.end_with(f"{describe_ranks(silent, dog.peers)} stopped answering (stopped, or cut "
-                     f"off), so Horovod ended the job: {said}", silent)
+                     f"off), so Horovod ended the job: {first_sentence(err)}", silent)
         sys.exit(1)  # said: the error convention's RunFailed, without a second line
     finally:
-        if isinstance(dog, Watchdog):
-            dog.stop()
+        dog.stop()

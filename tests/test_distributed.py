@@ -32,3 +32,12 @@ def test_a_horovod_error_of_another_kind_keeps_its_first_sentence():
 def test_other_errors_pass_through():
     with pytest.raises(ValueError), distributed.one_line_when_horovod_stops():
         raise ValueError("a bug of ours: keep its traceback")
+
+
+def test_gloos_source_location_is_left_out():
+    # Gloo's errors start with a path of the machine that built Horovod.
+    error = HorovodInternalError("[/build/horovod/third_party/gloo/gloo/transport/tcp/"
+                                 "unbound_buffer.cc:81] Timed out waiting 30000ms for recv "
+                                 "operation to complete")
+    assert distributed.first_sentence(error) == ("Timed out waiting 30000ms for recv operation "
+                                                 "to complete")
