@@ -60,13 +60,11 @@ def small_mnist_dir(t10k_dir, tmp_path_factory) -> Path:
     return data_dir
 
 
-@pytest.fixture
-def small_disk(tmp_path) -> Path:
-    """A 3 MiB tmpfs: room for one checkpoint of mnist_cnn (1.7 MB) and the
-    logs, not for the temporary file of the next one."""
-    disk = tmp_path / "disk"
+def mounted_tmpfs(disk: Path, size: str):
+    """A tmpfs of `size` (mount's size=) mounted at `disk`, for a fixture to
+    yield from; skips where mount is not allowed (not root)."""
     disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(disk)],
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(disk)],
                              capture_output=True, text=True)
     if mounted.returncode != 0:
         pytest.skip(f"a small disk needs mount (root): {mounted.stderr.strip()}")
@@ -74,6 +72,13 @@ def small_disk(tmp_path) -> Path:
         yield disk
     finally:
         subprocess.run(["umount", "--lazy", str(disk)], check=True)
+
+
+@pytest.fixture
+def small_disk(tmp_path) -> Path:
+    """A 3 MiB tmpfs: room for one checkpoint of mnist_cnn (1.7 MB) and the
+    logs, not for the temporary file of the next one."""
+    yield from mounted_tmpfs(tmp_path / "disk", "3m")
 
 
 def cluster_skip_reason() -> str | None:
@@ -229,6 +234,20 @@ def assert_clean_output(output: str) -> None:
 
 def on_host(host: str, command: list[str]) -> list[str]:
     return [str(EMULATE), "exec", host, "--", *command]
+
+
+def host_processes(host: str) -> dict[int, str]:
+    """The processes in an emulated host's namespace and their command lines."""
+    pids = subprocess.run(["ip", "netns", "pids", f"hvt-{host}"], capture_output=True,
+                          text=True, check=True).stdout.split()
+    found = {}
+    for pid in pids:
+        try:
+            found[int(pid)] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(
+                b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue  # ended meanwhile
+    return found
 
 
 def trainer_pids(log_dir: Path) -> dict[int, int]:

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import BIN, EMULATE, REPO, TRAINER, on_host, trainer_pids
+from conftest import BIN, EMULATE, REPO, TRAINER, host_processes, on_host, trainer_pids
 
 from horovod_train import checkpoint
 
@@ -72,17 +72,8 @@ class Job:
 def job_processes(host: str, log_dir: Path) -> list[str]:
     """Processes of the job in a host's namespace: its ranks, the shells
     ssh started for them, OpenMPI's daemon, the launcher on a."""
-    pids = subprocess.run(["ip", "netns", "pids", f"hvt-{host}"], capture_output=True,
-                          text=True, check=True).stdout.split()
-    found = []
-    for pid in pids:
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if str(log_dir) in cmdline or "orted" in cmdline:
-            found.append(f"{pid}: {cmdline[:200]}")
-    return found
+    return [f"{pid}: {cmdline[:200]}" for pid, cmdline in host_processes(host).items()
+            if str(log_dir) in cmdline or "orted" in cmdline]
 
 
 def assert_nothing_left(log_dir: Path, hosts: tuple[str, ...] = ("a", "b"),

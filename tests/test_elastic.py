@@ -5,6 +5,7 @@ training goes on on a from the last commit and loses nothing committed, b
 comes back (listed again, its link up) and its ranks rejoin; the run ends
 above 95%."""
 
+import contextlib
 import json
 import os
 import signal
@@ -13,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import BIN, REPO, TRAINER, on_host
+from conftest import BIN, REPO, TRAINER, host_processes, on_host
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
@@ -42,25 +43,21 @@ def wait_for(predicate, what: str, job: subprocess.Popen, timeout: float) -> Non
     pytest.fail(f"no {what} within {timeout} s")
 
 
-def kill_ranks_on(namespace: str) -> int:
+def kill_ranks_on(host: str) -> int:
     """SIGKILL the trainer processes running inside an emulated host."""
-    pids = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True,
-                          check=True).stdout.split()
     killed = 0
-    for pid in pids:
-        try:
-            if Path(f"/proc/{pid}/cmdline").read_bytes().find(b"pytorch_mnist.py") >= 0:
-                os.kill(int(pid), signal.SIGKILL)
+    for pid, cmdline in host_processes(host).items():
+        if "pytorch_mnist.py" in cmdline:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
                 killed += 1
-        except (FileNotFoundError, ProcessLookupError):
-            pass
     return killed
 
 
 def lose_b(how: str, hosts_file: Path) -> None:
     if how == "killed":
         hosts_file.write_text("a slots=2\n")
-        assert kill_ranks_on("hvt-b") == 2
+        assert kill_ranks_on("b") == 2
     else:
         subprocess.run(["ip", "-n", "hvt-b", "link", "set", "eth0", "down"], check=True)
 

@@ -15,7 +15,7 @@ import time
 
 import faults
 import pytest
-from conftest import assert_trained, horovodrun
+from conftest import assert_trained, horovodrun, mounted_tmpfs
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
@@ -42,13 +42,7 @@ def test_consecutive_runs_all_succeed(cluster, mnist_dir, tmp_path, request):
 @pytest.fixture
 def fault_disk(tmp_path):
     """A 16 MiB tmpfs for the disk-full case, which fills it mid-run."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(disk)], check=True)
-    try:
-        yield disk
-    finally:
-        subprocess.run(["umount", "--lazy", str(disk)], check=True)
+    yield from mounted_tmpfs(tmp_path / "disk", "16m")
 
 
 def test_random_faults_each_end_as_their_case_says(cluster, mnist_dir, small_mnist_dir,
