@@ -50,6 +50,57 @@ def test_horovodrun_asks_how_horovod_was_built_without_importing_a_framework(tmp
     assert not [name for name in ("tensorflow", "torch", "mxnet") if (tmp_path / name).exists()]
 
 
+CHANNELS_LAST_RANK = """
+import torch
+import horovod.torch as hvd
+
+hvd.init()
+mine = torch.arange(120.0).reshape(2, 3, 4, 5) * (hvd.rank() + 1)
+summed = torch.arange(120.0).reshape(2, 3, 4, 5) * 3  # ranks 0 and 1
+nhwc = mine.contiguous(memory_format=torch.channels_last)
+
+def check(result, expected):
+    assert result.is_contiguous(memory_format=torch.channels_last), result.stride()
+    assert torch.equal(result, expected)
+
+check(hvd.allreduce(nhwc, op=hvd.Sum, name="out-of-place"), summed)
+in_place = nhwc.clone()
+hvd.allreduce_(in_place, op=hvd.Sum, name="in-place")
+check(in_place, summed)
+for result, factor in zip(hvd.grouped_allreduce([nhwc, nhwc * 2], op=hvd.Sum, name="grouped"),
+                          (1, 2)):
+    check(result, summed * factor)
+check(hvd.broadcast(nhwc, root_rank=1, name="broadcast"), summed * 2 / 3)
+
+# A channels_last model trains as a contiguous one does on every rank.
+model = torch.nn.Conv2d(3, 4, 3).to(memory_format=torch.channels_last)
+optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+                                     named_parameters=model.named_parameters())
+hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+torch.manual_seed(hvd.rank())
+model(torch.randn(8, 3, 6, 6)).square().mean().backward()
+optimizer.step()
+weights = hvd.allgather(model.weight.detach().contiguous().unsqueeze(0), name="weights")
+assert torch.equal(weights[0], weights[1])
+print("channels_last ok")
+"""
+
+
+def test_channels_last_tensors_reduce_and_broadcast_as_contiguous_ones(tmp_path):
+    """The torch-channels-last patch: upstream refuses tensors that are not
+    contiguous, so a model in channels_last (NHWC) could not train; allreduce
+    and broadcast now take them and keep their layout, and the weights stay
+    the same on every rank."""
+    script = tmp_path / "rank.py"
+    script.write_text(CHANNELS_LAST_RANK)
+    result = subprocess.run([str(BIN / "horovodrun"), "-np", "2", "-H", "localhost:2", "--gloo",
+                             sys.executable, str(script)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.stdout.count("channels_last ok") == 2
+
+
 def installed_frameworks() -> str:
     """The frameworks this venv's Horovod was built for, as setup.sh recorded."""
     record = Path(sys.prefix) / build_horovod.BUILD_RECORD
@@ -74,7 +125,8 @@ def test_cache_entry_is_named_by_the_key_and_records_its_inputs():
     inputs = (entry / "inputs.json").read_text()
     for fact in ("horovod-0.28.1-cxx-standard.patch", "horovod-0.28.1-ssh-host-key-checking.patch",
                  "horovod-0.28.1-torch-cpu-only.patch",
-                 "horovod-0.28.1-launch-checks-without-frameworks.patch", "pytorch",
+                 "horovod-0.28.1-launch-checks-without-frameworks.patch",
+                 "horovod-0.28.1-torch-channels-last.patch", "pytorch",
                  "HOROVOD_WITH_GLOO"):
         assert fact in inputs
 
