@@ -18,7 +18,7 @@ from pathlib import Path
 
 from horovod_train import options
 from horovod_train.errors import ArgumentParser, UserError, run_main
-from horovod_train.models import MNIST_MODELS, MODELS
+from horovod_train.models import MEMORY_FORMATS, MNIST_MODELS, MODELS
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -27,6 +27,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--data-dir", type=Path, default=Path("data"))
     parser.add_argument("--no-download", action="store_true")
     parser.add_argument("--model", choices=sorted(MODELS), default="mnist_cnn")
+    parser.add_argument("--memory-format", choices=sorted(MEMORY_FORMATS),
+                        default="channels_last", help=options.MEMORY_FORMAT_HELP)
     parser.add_argument("--batch-size", type=options.positive_int, default=64,
                         help="images per rank per step")
     parser.add_argument("--lr", type=options.positive_float, default=0.05)
@@ -68,7 +70,7 @@ def main() -> int:
     try:
         if rank == 0:
             outputs.prepare_output_dirs(args.log_dir, args.log_dir)
-        model = build_model(args.model).to(device)
+        model = build_model(args.model, args.memory_format).to(device)
         if args.synthetic:
             shape, classes = input_shape(args.model, args.image_size)
             batches = timed_steps.synthetic_batches(args.batch_size, shape, classes, device)
@@ -89,6 +91,7 @@ def main() -> int:
         dist.all_gather_object(per_rank, mine)
         record = timed_steps.summarize(per_rank, {
             "launcher": "ddp", "controller": dist.get_backend(), "model": args.model,
+            "memory_format": args.memory_format,
             "workload": "synthetic" if args.synthetic else "mnist", "device": device.type,
             "batch_per_rank": args.batch_size, "warmup_steps": args.warmup_steps,
             "steps": args.benchmark_steps, "threads_per_rank": threads,

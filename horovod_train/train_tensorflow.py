@@ -37,7 +37,7 @@ def build_model() -> tf.keras.Model:
 
 
 def init(use_gpu: bool, threads: int | None, seed: int) -> distributed.Runtime:
-    hvd.init()
+    distributed.init_horovod(hvd)
     gpus = tf.config.list_physical_devices("GPU")
     if use_gpu and gpus:
         gpu = gpus[hvd.local_rank() % len(gpus)]

@@ -34,7 +34,7 @@ def init(use_cuda: bool, threads: int | None, seed: int) -> tuple[distributed.Ru
     """hvd.init(), one GPU per local rank (or the CPU), CPU threads shared out
     among the ranks of a host, and the same seed everywhere so every rank
     builds the same initial model (rank 0's is broadcast anyway)."""
-    hvd.init()
+    distributed.init_horovod(hvd)
     if use_cuda and torch.cuda.is_available():
         device = torch.device("cuda", hvd.local_rank() % torch.cuda.device_count())
         torch.cuda.set_device(device)
@@ -130,7 +130,7 @@ def run(config: RunConfig) -> dict:
     eval_batches = evaluation_batches(config.data_pipeline, test_split, config.test_batch_size, rt,
                                       device)
 
-    model = build_model(config.model)
+    model = build_model(config.model, config.memory_format)
     if config.sync_bn:
         model = convert_sync_batchnorm(model, hvd.SyncBatchNorm)
     model.to(device)
@@ -168,7 +168,8 @@ def run(config: RunConfig) -> dict:
         model, optimizer, config,
         batches_per_epoch=batches_per_epoch,
         epoch_batches=train_batches.epoch,
-        train_batch=batch_trainer(model, optimizer, device, amp_dtype, scaler, passes),
+        train_batch=batch_trainer(model, optimizer, device, amp_dtype, scaler, passes,
+                                  config.label_smoothing),
         eval_batches=lambda: eval_batches,
         eval_batch=lambda images, labels: eval_batch(model, images, labels, device, amp_dtype),
         start_epoch=start_epoch,
@@ -199,7 +200,8 @@ def set_lr(optimizer, lr: float) -> None:
         group["lr"] = lr
 
 
-def batch_trainer(model, optimizer, device, amp_dtype, scaler, passes: int):
+def batch_trainer(model, optimizer, device, amp_dtype, scaler, passes: int,
+                  label_smoothing: float = 0.0):
     """The PyTorch step as train_loop calls it, once per batch: forward and
     backward, and the optimizer step after every `passes` batches. It
     returns the batch's sums as device tensors, so nothing waits for the
@@ -214,7 +216,7 @@ def batch_trainer(model, optimizer, device, amp_dtype, scaler, passes: int):
         labels = labels.to(device, non_blocking=True)
         with autocast(device, amp_dtype):
             output = model(images)
-            loss = F.cross_entropy(output, labels)
+            loss = F.cross_entropy(output, labels, label_smoothing=label_smoothing)
         scaler.scale(loss / passes).backward()
         if next(batches_done) % passes == 0:
             if scaler.is_enabled():
@@ -256,7 +258,7 @@ def benchmark(config: RunConfig) -> dict:
     distributed.check_all_ranks(
         hvd.allgather_object, rt.rank,
         lambda: rt.is_root and outputs.prepare_output_dirs(config.log_dir, config.log_dir), "dirs")
-    model = build_model(config.model).to(device)
+    model = build_model(config.model, config.memory_format).to(device)
     if config.synthetic:
         shape, classes = input_shape(config.model, config.image_size)
         batches = timed_steps.synthetic_batches(config.batch_size, shape, classes, device)
@@ -277,6 +279,7 @@ def benchmark(config: RunConfig) -> dict:
     per_rank = hvd.allgather_object(mine, name="benchmark")
     record = timed_steps.summarize(per_rank, {
         "launcher": "horovod", "controller": rt.controller, "model": config.model,
+        "memory_format": config.memory_format,
         "workload": "synthetic" if config.synthetic else "mnist", "device": device.type,
         "data_pipeline": None if config.synthetic else config.data_pipeline,
         "batch_per_rank": config.batch_size, "warmup_steps": config.warmup_steps,

@@ -73,7 +73,7 @@ def run(config: RunConfig) -> dict:
                                                     download=not config.no_download)
     train_data = device_data.DeviceMnist(train_split, device)
     test_data = device_data.DeviceMnist(test_split, device)
-    model = build_model(config.model).to(device)
+    model = build_model(config.model, config.memory_format).to(device)
     optimizer = distributed_optimizer(model, config.lr, config.momentum, config.fp16_allreduce)
     events = EventLog(config.log_dir)
     n_train = len(train_data)
@@ -93,7 +93,8 @@ def run(config: RunConfig) -> dict:
             float(hvd.size()), config.warmup_epochs)
 
     step = batch_trainer(model, optimizer, device, amp_dtype=None,
-                         scaler=torch.amp.GradScaler("cuda", enabled=False), passes=1)
+                         scaler=torch.amp.GradScaler("cuda", enabled=False), passes=1,
+                         label_smoothing=config.label_smoothing)
 
     def train_batch(images, labels) -> train_loop.BatchSums:
         """The step, then the position in the epoch moves on; a commit every

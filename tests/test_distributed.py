@@ -1,7 +1,12 @@
 """distributed.py: what every trainer does with Horovod, whatever the
 framework (its collectives are exercised by every training test)."""
 
+import os
+import subprocess
+import sys
+
 import pytest
+from conftest import BIN, REPO
 from horovod.common.exceptions import HorovodInternalError
 
 from horovod_train import distributed
@@ -41,3 +46,28 @@ def test_gloos_source_location_is_left_out():
                                  "operation to complete")
     assert distributed.first_sentence(error) == ("Timed out waiting 30000ms for recv operation "
                                                  "to complete")
+
+
+RANK_SETTINGS = """
+import os
+import horovod.torch as hvd
+from horovod_train import distributed
+distributed.init_horovod(hvd)
+print("yield_when_idle", os.environ["OMPI_MCA_mpi_yield_when_idle"], hvd.mpi_enabled())
+"""
+
+
+@pytest.mark.parametrize("users_value, expected", [(None, "1"), ("0", "0")],
+                         ids=["default", "users-value"])
+def test_each_rank_starts_mpi_yielding_its_core_unless_the_user_said_otherwise(users_value,
+                                                                               expected):
+    """Open MPI spins while it waits; each rank asks it to yield, before
+    hvd.init() starts MPI (benchmarks/horovod_settings.py measures why)."""
+    env = {k: v for k, v in os.environ.items() if k != "OMPI_MCA_mpi_yield_when_idle"}
+    if users_value is not None:
+        env["OMPI_MCA_mpi_yield_when_idle"] = users_value
+    result = subprocess.run([str(BIN / "horovodrun"), "-np", "1", "-H", "localhost:1", "--mpi",
+                             sys.executable, "-c", RANK_SETTINGS],
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert f"yield_when_idle {expected} True" in result.stdout

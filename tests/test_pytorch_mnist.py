@@ -138,7 +138,8 @@ def test_help_documents_every_option():
     for option in ["--data-dir", "--no-download", "--epochs", "--batch-size", "--lr",
                    "--warmup-epochs", "--seed", "--fp16-allreduce", "--use-adasum",
                    "--backward-passes-per-step", "--sync-bn", "--log-dir", "--checkpoint-dir",
-                   "--resume", "--model", "--no-cuda", "--threads", "--data-pipeline"]:
+                   "--resume", "--model", "--no-cuda", "--threads", "--data-pipeline",
+                   "--memory-format", "--label-smoothing"]:
         assert option in result.stdout, option
 
 
@@ -148,6 +149,8 @@ def test_help_documents_every_option():
     (["--lr", "-1"], "argument --lr: -1 must be > 0.0"),
     (["--model", "resnet"], "argument --model: invalid choice: 'resnet'"),
     (["--data-pipeline", "disk"], "argument --data-pipeline: invalid choice: 'disk'"),
+    (["--memory-format", "nhwc"], "argument --memory-format: invalid choice: 'nhwc'"),
+    (["--label-smoothing", "1"], "argument --label-smoothing: 1 must be < 1"),
     (["--frobnicate"], "unrecognized arguments: --frobnicate"),
 ])
 def test_bad_options_fail_with_a_clear_message(args, message):

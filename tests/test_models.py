@@ -1,0 +1,12 @@
+"""models.py: the networks by name, built in the memory format asked for."""
+
+import torch
+
+from horovod_train.models import build_model
+
+
+def test_models_are_built_channels_last_unless_asked_otherwise():
+    # The second convolution: with one input channel both layouts are the same.
+    weight = build_model("mnist_cnn").features[4].weight
+    assert weight.is_contiguous(memory_format=torch.channels_last) and not weight.is_contiguous()
+    assert build_model("mnist_cnn", "contiguous").features[4].weight.is_contiguous()
