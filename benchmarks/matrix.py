@@ -88,6 +88,7 @@ def layout_hosts(nodes: int, per_node: int, hosts: list[str] | None,
 def workload_args(args, run_dir: Path) -> list[str]:
     command = ["--benchmark-steps", str(args.steps), "--warmup-steps", str(args.warmup_steps),
                "--batch-size", str(args.batch_size), "--model", args.model,
+               "--memory-format", args.memory_format,
                "--log-dir", str(run_dir)]
     if args.workload == "synthetic":
         command += ["--synthetic", "--image-size", str(args.image_size)]
@@ -100,13 +101,32 @@ def workload_args(args, run_dir: Path) -> list[str]:
     return command
 
 
+def controller(args, nodes: int) -> str | None:
+    """horovodrun's controller for a layout; None leaves horovodrun's choice
+    (MPI where Open MPI is installed). With CPU tensors the controller also
+    carries the gradients. Measured on emulated hosts over 1 Gbit/s
+    (docs/benchmarks.md): the resnets' tens of MB a step are limited by the
+    link, which Gloo's TCP fills to 95% and Open MPI's to 73% (ResNet-18:
+    0.97 of DDP's images/s over Gloo, 0.77 over MPI); the MNIST networks'
+    under 1 MB are limited by latency, where Horovod's negotiation costs more
+    over Gloo (0.73 of DDP, 0.86 over MPI). Within a host MPI's shared memory
+    wins. On GPUs NCCL carries the gradients either way."""
+    from horovod_train.models import MNIST_MODELS
+
+    if args.controller != "auto":
+        return args.controller
+    bandwidth_bound = args.model not in MNIST_MODELS
+    return "gloo" if args.device == "cpu" and nodes > 1 and bandwidth_bound else None
+
+
 def horovod_command(args, hosts: list[str], per_node: int, run_dir: Path) -> list[list[str]]:
     command = [str(Path(sys.executable).parent / "horovodrun"),
                "-np", str(len(hosts) * per_node),
                "-H", host_list([Host(name, per_node) for name in hosts]),
                "-p", str(args.ssh_port)]
-    if args.controller:
-        command.append(f"--{args.controller}")
+    chosen = controller(args, len(hosts))
+    if chosen:
+        command.append(f"--{chosen}")
     # Horovod's tensor fusion: gradients are batched into buffers of up to
     # this many MB, sent once per cycle; 0 sends each tensor on its own.
     if args.fusion_threshold_mb is not None:
@@ -481,7 +501,7 @@ def write_outputs(out_dir: Path, results: dict, launchers: list[str]) -> None:
 
 
 def settings(args) -> dict:
-    return {"workload": args.workload, "model": args.model,
+    return {"workload": args.workload, "model": args.model, "memory_format": args.memory_format,
             "image_size": args.image_size if args.workload == "synthetic" else 28,
             "batch_per_rank": args.batch_size, "warmup_steps": args.warmup_steps,
             "steps": args.steps, "repeats": args.repeats, "device": args.device,
@@ -503,8 +523,10 @@ def run_matrix(args) -> dict:
                "settings": settings(args), "environment": environment(args), "runs": []}
     port = 29400 + os.getpid() % 500  # torchrun rendezvous; a new one per run below
     for nodes, per_node in layouts:
-        for launcher in args.launchers:
-            for repeat in range(args.repeats):
+        # The launchers take turns, repeat by repeat, so that a slow spell of
+        # a shared machine falls on both and their ratio stays fair.
+        for repeat in range(args.repeats):
+            for launcher in args.launchers:
                 port += 1
                 run = run_once(args, launcher, nodes, per_node, repeat, args.out_dir, port)
                 results["runs"].append(run)
@@ -512,10 +534,11 @@ def run_matrix(args) -> dict:
                 if run["status"] == "ok":
                     results["settings"]["parameters"] = run["parameters"]
                     results["settings"]["gradient_bytes"] = run["gradient_bytes"]
-                elif (run["reason"] or "").startswith(("no hostfile", "hostfile ", "needs ")):
-                    break  # the other repeats would fail the same way
-            results["rows"] = summarize(results["runs"], layouts, args.launchers)
-            write_outputs(args.out_dir, results, args.launchers)  # after each layout
+            if any((run["reason"] or "").startswith(("no hostfile", "hostfile ", "needs "))
+                   for run in results["runs"][-len(args.launchers):]):
+                break  # the layout's hosts are missing: every repeat would fail the same way
+        results["rows"] = summarize(results["runs"], layouts, args.launchers)
+        write_outputs(args.out_dir, results, args.launchers)  # after each layout
     results["rows"] = summarize(results["runs"], layouts, args.launchers)
     write_outputs(args.out_dir, results, args.launchers)
     return results
@@ -546,13 +569,19 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="mnist_cnn (default for mnist) or resnet50 (default for synthetic), "
                              "resnet18, horovod_example")
     parser.add_argument("--image-size", type=int, default=224, help="synthetic image size")
+    parser.add_argument("--memory-format", choices=("channels_last", "contiguous"),
+                        default="channels_last",
+                        help="layout of both launchers' weights (the trainers' default "
+                             "channels_last, or contiguous)")
     parser.add_argument("--batch-size", type=int, default=64, help="images per rank per step")
     parser.add_argument("--warmup-steps", type=int, default=5)
     parser.add_argument("--steps", type=int, default=50, help="timed steps per run")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--data-dir", type=Path, default=REPO / "data")
-    parser.add_argument("--controller", choices=["gloo", "mpi"], default=None,
-                        help="horovodrun's controller (default: its own choice)")
+    parser.add_argument("--controller", choices=["auto", "gloo", "mpi"], default="auto",
+                        help="horovodrun's controller; auto (the default): Gloo for the "
+                             "resnets on several CPU hosts, whose gradients it moves faster "
+                             "over TCP, else horovodrun's own choice (MPI)")
     parser.add_argument("--fp16-allreduce", action="store_true",
                         help="compress gradients to fp16 for the allreduce (Horovod runs)")
     parser.add_argument("--fusion-threshold-mb", type=int, default=None, metavar="MB",

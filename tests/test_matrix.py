@@ -67,6 +67,18 @@ def test_failed_and_oversubscribed_layouts_are_marked():
     assert "| 2x4 | 8 | n/a |" in table and "failed: no hostfile hostfiles/2x4" in table
 
 
+@pytest.mark.parametrize("model, device, nodes, chosen", [
+    ("resnet18", "cpu", 1, None), ("resnet18", "cpu", 2, "gloo"), ("resnet18", "cuda", 2, None),
+    ("mnist_cnn", "cpu", 2, None)])
+def test_the_controller_is_gloo_for_big_gradients_across_cpu_hosts_unless_one_is_asked_for(
+        model, device, nodes, chosen):
+    args = matrix.parse_args(["--layouts", "1x1", "--model", model])
+    args.device = device
+    assert matrix.controller(args, nodes) == chosen
+    args.controller = "mpi"
+    assert matrix.controller(args, nodes) == "mpi"
+
+
 def test_a_layout_needs_its_slots(tmp_path):
     (tmp_path / "2x4").write_text("a slots=4\nb slots=2\n")
     (tmp_path / "2x2").write_text("# two nodes\na slots=4\n\nb slots=2  # b\nc slots=2\n")
