@@ -55,7 +55,8 @@ VARIANTS = {
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = ArgumentParser(prog=PROG, description=__doc__,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--variants", default=",".join(VARIANTS),
+    parser.add_argument("--variants", type=options.names_from(list(VARIANTS)),
+                        default=",".join(VARIANTS),
                         help="variants to compare, the first is the reference (default: all)")
     parser.add_argument("--np", type=options.positive_int, default=2,
                         help="ranks on this machine (default 2)")
@@ -70,12 +71,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="seconds per run (default 600)")
     parser.add_argument("--json", type=Path, default=None, metavar="FILE")
     parser.add_argument("trainer_args", nargs="*", metavar="-- TRAINER_ARGS")
-    args = parser.parse_args(argv)
-    args.variants = [name for name in args.variants.split(",") if name]
-    unknown = [name for name in args.variants if name not in VARIANTS]
-    if unknown or not args.variants:
-        parser.error(f"--variants: choose from {', '.join(VARIANTS)}")
-    return args
+    return parser.parse_args(argv)
 
 
 def command(args: argparse.Namespace, variant: str, log_dir: Path) -> list[str]:

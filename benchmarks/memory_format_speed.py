@@ -32,7 +32,8 @@ PROG = "memory_format_speed.py"
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = ArgumentParser(prog=PROG, description=__doc__,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", default="mnist_cnn,horovod_example,resnet18",
+    parser.add_argument("--models", type=options.names_from(sorted(MODELS)),
+                        default="mnist_cnn,horovod_example,resnet18",
                         help="networks, comma-separated (default mnist_cnn,horovod_example,"
                              "resnet18)")
     parser.add_argument("--batch-size", type=options.positive_int, default=64)
@@ -44,12 +45,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="turns per layout, alternated (default 3)")
     parser.add_argument("--threads", type=options.positive_int, default=1)
     parser.add_argument("--json", type=Path, default=None, metavar="FILE")
-    args = parser.parse_args(argv)
-    args.models = [name for name in args.models.split(",") if name]
-    unknown = [name for name in args.models if name not in MODELS]
-    if unknown or not args.models:
-        parser.error(f"--models: choose from {', '.join(sorted(MODELS))}")
-    return args
+    return parser.parse_args(argv)
 
 
 def step_timer(model_name: str, memory_format: str, batch_size: int, image_size: int):

@@ -49,6 +49,18 @@ def fraction(text: str) -> float:
     return value
 
 
+def names_from(choices):
+    """An option's type: a comma-separated list of names, each one of `choices`."""
+
+    def parse(text: str) -> list[str]:
+        names = [name for name in text.split(",") if name]
+        if not names or any(name not in choices for name in names):
+            raise argparse.ArgumentTypeError(f"choose from {', '.join(choices)}")
+        return names
+
+    return parse
+
+
 # The one definition of time in every trainer's output (metrics.py follows it).
 TIMES_EPILOG = (
     "Times: wall time runs from the start of the trainer to its summary; training "
