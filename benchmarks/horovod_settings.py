@@ -100,7 +100,15 @@ def run_once(args: argparse.Namespace, variant: str) -> dict:
     return {"variant": variant, "images_per_sec": record["images_per_sec"],
             "step_time_s": record["step_time_s"], "allreduce_time_s": record["allreduce_time_s"],
             "controller": record["controller"], "model": record["model"],
-            "command": shlex.join(cmd[cmd.index(sys.executable):]), "environment": environment}
+            "command": shown_command(cmd, Path(tmp)), "environment": environment}
+
+
+def shown_command(cmd: list[str], log_dir: Path) -> str:
+    """The trainer's command as a user would type it: python, the trainer's
+    path in the checkout, LOG_DIR for the run's temporary directory."""
+    words = cmd[cmd.index(sys.executable) + 1:]
+    shown = {str(TRAINER): str(TRAINER.relative_to(REPO)), str(log_dir): "LOG_DIR"}
+    return shlex.join(["python", *(shown.get(word, word) for word in words)])
 
 
 def summarize(runs: list[dict], variants: list[str]) -> list[dict]:
