@@ -105,7 +105,7 @@ def main() -> int:
         shown = figures["per_step_ms"] if args.steps else figures["total_ms"]
         print(f"{name:28s} {shown:9.2f} ms{per_step}  ({figures['count']} spans)")
     if summary["allreduce_responses"]:
-        print(f"{summary['allreduce_tensors']} gradient allreduces in "
+        print(f"{summary['allreduce_tensors']} allreduces in "
               f"{summary['allreduce_responses']} fused operations "
               f"({summary['tensors_per_response']:.1f} tensors each)")
     if args.json:
