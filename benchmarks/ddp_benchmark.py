@@ -53,10 +53,12 @@ def main() -> int:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    from horovod_train import distributed, mnist, outputs, torch_data
+    from horovod_train import allocator, distributed, mnist, outputs, torch_data
     from horovod_train.bench import timed_steps
     from horovod_train.models import build_model, input_shape
 
+    # The trainer's allocator settings, so the two launchers compare alike.
+    allocator.keep_freed_memory()
     local_rank = int(os.environ["LOCAL_RANK"])
     use_cuda = not args.no_cuda and torch.cuda.is_available()
     device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")

@@ -17,6 +17,8 @@ Variants (--variants, comma-separated; default: all):
   gloo         the Gloo controller (horovodrun --gloo)
   cycle-5ms    as yield, Horovod's cycle time 5 ms instead of its 1 ms
   cycle-0.5ms  as yield, 0.5 ms
+  glibc-malloc as yield, with glibc's own malloc behaviour instead of the
+               trainers' (horovod_train/allocator.py)
 
 Options after `--` go to the trainer (they replace the MNIST defaults:
 --batch-size 64, --data-pipeline memory). Prints a line per variant with
@@ -49,6 +51,7 @@ VARIANTS = {
     "gloo": (["--gloo"], {}),
     "cycle-5ms": ([], {"HOROVOD_CYCLE_TIME": "5"}),
     "cycle-0.5ms": ([], {"HOROVOD_CYCLE_TIME": "0.5"}),
+    "glibc-malloc": ([], {"HOROVOD_TRAIN_MALLOC": "glibc"}),
 }
 
 

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from horovod_train import (
+    allocator,
     checkpoint,
     console,
     device_data,
@@ -34,6 +35,7 @@ def init(use_cuda: bool, threads: int | None, seed: int) -> tuple[distributed.Ru
     """hvd.init(), one GPU per local rank (or the CPU), CPU threads shared out
     among the ranks of a host, and the same seed everywhere so every rank
     builds the same initial model (rank 0's is broadcast anyway)."""
+    allocator.keep_freed_memory()
     distributed.init_horovod(hvd)
     if use_cuda and torch.cuda.is_available():
         device = torch.device("cuda", hvd.local_rank() % torch.cuda.device_count())

@@ -141,6 +141,9 @@ def test_help_documents_every_option():
                    "--resume", "--model", "--no-cuda", "--threads", "--data-pipeline",
                    "--memory-format", "--label-smoothing"]:
         assert option in result.stdout, option
+    # The settings each rank makes to its process, and how to undo them.
+    for setting in ["OMPI_MCA_mpi_yield_when_idle=1", "HOROVOD_TRAIN_MALLOC=glibc"]:
+        assert setting in result.stdout, setting
 
 
 @pytest.mark.parametrize("args, message", [
