@@ -188,7 +188,8 @@ def main() -> int:
         "trainer_args": args.trainer_args,
         "target_accuracy": args.target_accuracy,
         "ranks": args.np,
-        "data": {"source": str(args.source), "train": N_TRAIN, "test": N_TEST},
+        # The source directory's name only: results travel, machine paths do not.
+        "data": {"source": args.source.name, "train": N_TRAIN, "test": N_TEST},
         "command": as_typed(command, data_dir, log_dir),
         "reached": reached,
         "command_to_answer_s": median_of(runs, "command_to_answer_s") if reached else None,

@@ -55,7 +55,7 @@ def test_short_run_reports_the_time_to_a_low_target(t10k_dir, tmp_path):
     record = json.loads(out.read_text())
     assert record["benchmark"] == "time_to_accuracy" and record["preset"] == "fast-mnist"
     assert record["reached"] is True and record["target_accuracy"] == 0.9
-    assert record["data"] == {"source": str(t10k_dir), "train": 8000, "test": 2000}
+    assert record["data"] == {"source": t10k_dir.name, "train": 8000, "test": 2000}
     assert record["trainer_args"] == ["--epochs", "1"]
     # The user's command, two ranks under horovodrun.
     assert record["command"][:7] == ["horovodrun", "-np", "2", "-H", "localhost:2", "python",
