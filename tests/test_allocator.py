@@ -12,8 +12,8 @@ from conftest import REPO
 from horovod_train import allocator
 
 # A fresh process reports, from glibc's own counters (mallinfo2), whether a
-# 16 MiB block came from its own mmap and how much of it the heap kept after
-# free (within a MiB). SETUP runs first.
+# 16 MiB block came from its own mmap and whether the heap kept it (all but
+# a MiB) as free memory after free. SETUP runs first.
 PROBE = """
 import ctypes
 class MallInfo2(ctypes.Structure):
