@@ -19,6 +19,9 @@ Variants (--variants, comma-separated; default: all):
   cycle-0.5ms  as yield, 0.5 ms
   glibc-malloc as yield, with glibc's own malloc behaviour instead of the
                trainers' (horovod_train/allocator.py)
+  fusion-128mb as yield, with horovodrun's 128 MB fusion buffer instead of
+               the trainers' 4 MB for CPU tensors
+               (distributed.CPU_RANK_HOROVOD_SETTINGS)
 
 Options after `--` go to the trainer (they replace the MNIST defaults:
 --batch-size 64, --data-pipeline memory). Prints a line per variant with
@@ -52,6 +55,7 @@ VARIANTS = {
     "cycle-5ms": ([], {"HOROVOD_CYCLE_TIME": "5"}),
     "cycle-0.5ms": ([], {"HOROVOD_CYCLE_TIME": "0.5"}),
     "glibc-malloc": ([], {"HOROVOD_TRAIN_MALLOC": "glibc"}),
+    "fusion-128mb": (["--fusion-threshold-mb", "128"], {}),
 }
 
 

@@ -585,8 +585,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--fp16-allreduce", action="store_true",
                         help="compress gradients to fp16 for the allreduce (Horovod runs)")
     parser.add_argument("--fusion-threshold-mb", type=int, default=None, metavar="MB",
-                        help="Horovod's tensor fusion buffer (horovodrun's default 128; "
-                             "0 turns fusion off)")
+                        help="Horovod's tensor fusion buffer (the trainer's default: 4 "
+                             "with CPU tensors, else horovodrun's 128; 0 turns fusion off)")
     parser.add_argument("--cycle-time-ms", type=float, default=None, metavar="MS",
                         help="Horovod's cycle time between fused allreduces "
                              "(horovodrun's default 1)")

@@ -49,8 +49,8 @@ def build_model() -> nn.HybridSequential:
 
 def run(config: RunConfig) -> dict:
     started = time.perf_counter()
-    distributed.init_horovod(hvd)
     use_gpu = not config.no_cuda and mx.context.num_gpus() > 0
+    distributed.init_horovod(hvd, cpu_tensors=not use_gpu)
     context = mx.gpu(hvd.local_rank() % mx.context.num_gpus()) if use_gpu else mx.cpu()
     mx.random.seed(config.seed)
     np.random.seed(config.seed)

@@ -37,8 +37,8 @@ def build_model() -> tf.keras.Model:
 
 
 def init(use_gpu: bool, threads: int | None, seed: int) -> distributed.Runtime:
-    distributed.init_horovod(hvd)
     gpus = tf.config.list_physical_devices("GPU")
+    distributed.init_horovod(hvd, cpu_tensors=not (use_gpu and gpus))
     if use_gpu and gpus:
         gpu = gpus[hvd.local_rank() % len(gpus)]
         tf.config.experimental.set_memory_growth(gpu, True)

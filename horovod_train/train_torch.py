@@ -36,8 +36,9 @@ def init(use_cuda: bool, threads: int | None, seed: int) -> tuple[distributed.Ru
     among the ranks of a host, and the same seed everywhere so every rank
     builds the same initial model (rank 0's is broadcast anyway)."""
     allocator.keep_freed_memory()
-    distributed.init_horovod(hvd)
-    if use_cuda and torch.cuda.is_available():
+    use_cuda = use_cuda and torch.cuda.is_available()
+    distributed.init_horovod(hvd, cpu_tensors=not use_cuda)
+    if use_cuda:
         device = torch.device("cuda", hvd.local_rank() % torch.cuda.device_count())
         torch.cuda.set_device(device)
     else:

@@ -49,11 +49,12 @@ def test_gloos_source_location_is_left_out():
 
 
 RANK_SETTINGS = """
-import os
+import os, sys
 import horovod.torch as hvd
 from horovod_train import distributed
-distributed.init_horovod(hvd)
+distributed.init_horovod(hvd, cpu_tensors=sys.argv[1] == "cpu")
 print("yield_when_idle", os.environ["OMPI_MCA_mpi_yield_when_idle"], hvd.mpi_enabled())
+print("fusion_threshold", os.environ.get("HOROVOD_FUSION_THRESHOLD", "horovod's"))
 """
 
 
@@ -67,7 +68,24 @@ def test_each_rank_starts_mpi_yielding_its_core_unless_the_user_said_otherwise(u
     if users_value is not None:
         env["OMPI_MCA_mpi_yield_when_idle"] = users_value
     result = subprocess.run([str(BIN / "horovodrun"), "-np", "1", "-H", "localhost:1", "--mpi",
-                             sys.executable, "-c", RANK_SETTINGS],
+                             sys.executable, "-c", RANK_SETTINGS, "cpu"],
                             cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert f"yield_when_idle {expected} True" in result.stdout
+
+
+@pytest.mark.parametrize("tensors, horovodrun_args, expected", [
+    ("cpu", [], "4194304"),
+    ("cpu", ["--fusion-threshold-mb", "8"], "8388608"),
+    ("gpu", [], "horovod's"),
+], ids=["cpu-tensors", "users-value", "gpu-tensors"])
+def test_ranks_with_cpu_tensors_fuse_at_most_4_mb_unless_the_user_said_otherwise(
+        tensors, horovodrun_args, expected):
+    """With CPU tensors the fusion buffer's copies are CPU work while the
+    link idles; large gradients go alone instead (docs/benchmarks.md)."""
+    env = {k: v for k, v in os.environ.items() if k != "HOROVOD_FUSION_THRESHOLD"}
+    result = subprocess.run([str(BIN / "horovodrun"), "-np", "1", "-H", "localhost:1", "--gloo",
+                             *horovodrun_args, sys.executable, "-c", RANK_SETTINGS, tensors],
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert f"fusion_threshold {expected}" in result.stdout

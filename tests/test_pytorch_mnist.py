@@ -142,7 +142,8 @@ def test_help_documents_every_option():
                    "--memory-format", "--label-smoothing"]:
         assert option in result.stdout, option
     # The settings each rank makes to its process, and how to undo them.
-    for setting in ["OMPI_MCA_mpi_yield_when_idle=1", "HOROVOD_TRAIN_MALLOC=glibc"]:
+    for setting in ["OMPI_MCA_mpi_yield_when_idle=1", "HOROVOD_TRAIN_MALLOC=glibc",
+                    "HOROVOD_FUSION_THRESHOLD=4194304"]:
         assert setting in result.stdout, setting
 
 
