@@ -301,6 +301,11 @@ def summarize(runs: list[dict], layouts: list[tuple[int, int]], launchers: list[
                    "ranks": nodes * per_node, "launcher": launcher,
                    "repeats": len(mine), "repeats_ok": len(ok),
                    "oversubscribed": any(r["oversubscribed"] for r in mine)}
+            if not mine:
+                # The tables are rewritten after each layout; later ones have not run yet.
+                row.update(status="pending", reason=None)
+                rows.append(row)
+                continue
             if not ok:
                 row.update(status="failed", reason=next((r["reason"] for r in mine), None))
                 rows.append(row)
@@ -325,7 +330,9 @@ def summarize(runs: list[dict], layouts: list[tuple[int, int]], launchers: list[
 
 def notes(row: dict) -> str:
     marks = []
-    if row["status"] != "ok":
+    if row["status"] == "pending":
+        marks.append("not run yet")
+    elif row["status"] != "ok":
         marks.append(f"failed: {row['reason']}")
     if row["oversubscribed"]:
         marks.append("oversubscribed")

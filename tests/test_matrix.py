@@ -67,6 +67,13 @@ def test_failed_and_oversubscribed_layouts_are_marked():
     assert "| 2x4 | 8 | n/a |" in table and "failed: no hostfile hostfiles/2x4" in table
 
 
+def test_layouts_still_to_run_are_marked_so_in_the_tables_written_between_layouts():
+    rows = matrix.summarize([fake_run("1x1", "horovod", 100.0)], [(1, 1), (1, 2)], ["horovod"])
+    assert [row["status"] for row in rows] == ["ok", "pending"]
+    assert "| 1x2 | 2 | n/a |" in matrix.markdown_table(rows, ["horovod"])
+    assert matrix.notes(rows[1]) == "not run yet"
+
+
 @pytest.mark.parametrize("model, device, nodes, chosen", [
     ("resnet18", "cpu", 1, None), ("resnet18", "cpu", 2, "gloo"), ("resnet18", "cuda", 2, None),
     ("mnist_cnn", "cpu", 2, None)])
