@@ -44,10 +44,15 @@ class Runtime:
 RANK_MPI_SETTINGS = {"OMPI_MCA_mpi_yield_when_idle": "1"}
 
 
+def use_defaults(settings: dict[str, str]) -> None:
+    """Each setting into this process's environment, where the user set none."""
+    for name, value in settings.items():
+        os.environ.setdefault(name, value)
+
+
 def use_rank_mpi_settings() -> None:
     """RANK_MPI_SETTINGS for the MPI this process starts, where the user set none."""
-    for name, value in RANK_MPI_SETTINGS.items():
-        os.environ.setdefault(name, value)
+    use_defaults(RANK_MPI_SETTINGS)
 
 
 # Horovod fuses the gradients ready in a cycle into one buffer: it copies
@@ -68,8 +73,7 @@ def init_horovod(hvd, cpu_tensors: bool) -> None:
     Horovod settings for CPU tensors where the rank trains on the CPU."""
     use_rank_mpi_settings()
     if cpu_tensors:
-        for name, value in CPU_RANK_HOROVOD_SETTINGS.items():
-            os.environ.setdefault(name, value)
+        use_defaults(CPU_RANK_HOROVOD_SETTINGS)
     hvd.init()
 
 
