@@ -48,13 +48,17 @@ def test_gloos_source_location_is_left_out():
                                                  "to complete")
 
 
-RANK_SETTINGS = """
+RANK_SETTINGS = r"""
 import os, sys
 import horovod.torch as hvd
 from horovod_train import distributed
 distributed.init_horovod(hvd, cpu_tensors=sys.argv[1] == "cpu")
-print("yield_when_idle", os.environ["OMPI_MCA_mpi_yield_when_idle"], hvd.mpi_enabled())
-print("fusion_threshold", os.environ.get("HOROVOD_FUSION_THRESHOLD", "horovod's"))
+fusion_threshold = os.environ.get("HOROVOD_FUSION_THRESHOLD", "horovod's")
+# One write for all: mpirun tags each piece it forwards, so a line written
+# in pieces (as print() does) can arrive with a tag in its middle.
+sys.stdout.write(f"yield_when_idle {os.environ['OMPI_MCA_mpi_yield_when_idle']} "
+                 f"{hvd.mpi_enabled()}\nfusion_threshold {fusion_threshold}\n")
+sys.stdout.flush()
 """
 
 
