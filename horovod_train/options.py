@@ -70,11 +70,19 @@ TIMES_EPILOG = (
     "training steps alone (step_time_s)."
 )
 
+# What distributed.init_horovod sets in each rank (docs/trainer.md says why).
+RANK_SETTINGS_EPILOG = (
+    " Each rank also sets, before Horovod starts, Open MPI to yield its core while it "
+    "waits (OMPI_MCA_mpi_yield_when_idle=1) and, training on the CPU, Horovod's fusion "
+    "buffer to 4 MB (HOROVOD_FUSION_THRESHOLD=4194304); settings of your own in the "
+    "environment win."
+)
+
 
 def base_parser(prog: str, description: str) -> argparse.ArgumentParser:
     """Options every trainer has: data, schedule, Horovod, outputs."""
     parser = ArgumentParser(
-        prog=prog, description=description, epilog=TIMES_EPILOG,
+        prog=prog, description=description, epilog=TIMES_EPILOG + RANK_SETTINGS_EPILOG,
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     data = parser.add_argument_group("data")

@@ -24,11 +24,8 @@ from horovod_train.presets import PRESETS, describe_preset  # noqa: E402
 def parse_args(argv: list[str]) -> options.RunConfig:
     parser = options.base_parser("pytorch_mnist.py", "Train MNIST with PyTorch and Horovod.")
     parser.epilog += (
-        " Each rank also sets, before Horovod starts, Open MPI to yield its core while it "
-        "waits (OMPI_MCA_mpi_yield_when_idle=1), glibc's malloc to keep the memory a step "
-        "frees for the next step (HOROVOD_TRAIN_MALLOC=glibc keeps glibc's own behaviour) and, "
-        "training on the CPU, Horovod's fusion buffer to 4 MB "
-        "(HOROVOD_FUSION_THRESHOLD=4194304); settings of your own in the environment win.")
+        " PyTorch's ranks also keep the memory a step frees for the next step, in glibc's "
+        "malloc (HOROVOD_TRAIN_MALLOC=glibc keeps glibc's own behaviour).")
     torch_options = parser.add_argument_group("pytorch")
     torch_options.add_argument("--model", choices=sorted(MODELS), default="mnist_cnn")
     torch_options.add_argument("--memory-format", choices=sorted(MEMORY_FORMATS),

@@ -21,3 +21,14 @@ def test_every_trainer_reads_its_options_into_one_frozen_config(entry):
 def test_the_summary_record_of_a_config_is_json_values():
     record = pytorch_mnist.parse_args(["--data-dir", "/data/mnist"]).as_record()
     assert record["data_dir"] == "/data/mnist" and record["target_accuracy"] is None
+
+
+@pytest.mark.parametrize("entry", [pytorch_mnist, tensorflow2_mnist, mxnet_mnist])
+def test_every_trainers_help_names_the_settings_each_rank_makes(entry, capsys):
+    """Each rank changes its process before Horovod starts: --help says how,
+    and with which variable the user undoes it."""
+    with pytest.raises(SystemExit):
+        entry.parse_args(["--help"])
+    help_text = capsys.readouterr().out
+    for setting in ["OMPI_MCA_mpi_yield_when_idle=1", "HOROVOD_FUSION_THRESHOLD=4194304"]:
+        assert setting in help_text, setting

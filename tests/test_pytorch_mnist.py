@@ -141,10 +141,9 @@ def test_help_documents_every_option():
                    "--resume", "--model", "--no-cuda", "--threads", "--data-pipeline",
                    "--memory-format", "--label-smoothing"]:
         assert option in result.stdout, option
-    # The settings each rank makes to its process, and how to undo them.
-    for setting in ["OMPI_MCA_mpi_yield_when_idle=1", "HOROVOD_TRAIN_MALLOC=glibc",
-                    "HOROVOD_FUSION_THRESHOLD=4194304"]:
-        assert setting in result.stdout, setting
+    # PyTorch's own setting of its process, and how to undo it (those of
+    # every trainer: tests/test_options.py).
+    assert "HOROVOD_TRAIN_MALLOC=glibc" in result.stdout
 
 
 @pytest.mark.parametrize("args, message", [
