@@ -104,13 +104,12 @@ def workload_args(args, run_dir: Path) -> list[str]:
 def controller(args, nodes: int) -> str | None:
     """horovodrun's controller for a layout; None leaves horovodrun's choice
     (MPI where Open MPI is installed). With CPU tensors the controller also
-    carries the gradients. Measured on emulated hosts over 1 Gbit/s
-    (docs/benchmarks.md): the resnets' tens of MB a step are limited by the
-    link, which Gloo's TCP fills to 95% and Open MPI's to 73% (ResNet-18:
-    0.97 of DDP's images/s over Gloo, 0.77 over MPI); the MNIST networks'
-    under 1 MB are limited by latency, where Horovod's negotiation costs more
-    over Gloo (0.73 of DDP, 0.86 over MPI). Within a host MPI's shared memory
-    wins. On GPUs NCCL carries the gradients either way."""
+    carries the gradients. Across hosts the resnets' tens of MB a step are
+    limited by the link, which Gloo's TCP fills more steadily than Open
+    MPI's; the MNIST networks' under 1 MB are limited by latency, where
+    Horovod's negotiation costs less over MPI (the figures: docs/benchmarks.md).
+    Within a host MPI's shared memory wins. On GPUs NCCL carries the
+    gradients either way."""
     from horovod_train.models import MNIST_MODELS
 
     if args.controller != "auto":
