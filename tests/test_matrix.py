@@ -1,6 +1,7 @@
-"""benchmarks/run_matrix.sh: every layout gets a row (a failed one with its
-reason), totals and efficiencies follow from the measurements, and all four
-files are written. The tiny matrix runs for real on the emulated hosts."""
+"""benchmarks/run_matrix.sh: the layouts' hosts and commands, a row for
+every layout (a failed one with its reason) while the rest run, and all
+four files written. The tiny matrix runs for real on the emulated hosts
+(the rows' figures and marks: tests/test_scaling_tables.py)."""
 
 import csv
 import importlib.util
@@ -22,56 +23,6 @@ def run_matrix(*argv: str, timeout: int = 900) -> subprocess.CompletedProcess:
     return subprocess.run([str(RUN_MATRIX), *argv], cwd=REPO, capture_output=True, text=True,
                           timeout=timeout, env={"PYTHON": str(BIN / "python"),
                                                 "PATH": f"{BIN}:/usr/sbin:/usr/bin:/sbin:/bin"})
-
-
-def fake_run(layout: str, launcher: str, rate: float, repeat: int = 0, **extra) -> dict:
-    nodes, per_node = (int(x) for x in layout.split("x"))
-    return {"layout": layout, "nodes": nodes, "ranks_per_node": per_node,
-            "ranks": nodes * per_node, "launcher": launcher, "repeat": repeat, "status": "ok",
-            "reason": None, "oversubscribed": False, "images_per_sec": rate,
-            "step_time_s": 0.1, "allreduce_time_s": 0.01 if launcher == "horovod" else None,
-            **extra}
-
-
-def test_speedup_and_efficiency_are_against_one_rank_of_the_same_launcher():
-    runs = [fake_run("1x1", "horovod", 100.0), fake_run("1x2", "horovod", 180.0),
-            fake_run("2x2", "horovod", 300.0), fake_run("1x1", "ddp", 120.0),
-            fake_run("1x2", "ddp", 150.0), fake_run("2x2", "ddp", 240.0)]
-    rows = matrix.summarize(runs, [(1, 1), (1, 2), (2, 2)], ["horovod", "ddp"])
-    by = {(r["layout"], r["launcher"]): r for r in rows}
-    assert by["2x2", "horovod"]["speedup"] == pytest.approx(3.0)
-    assert by["2x2", "horovod"]["efficiency"] == pytest.approx(0.75)
-    assert by["1x2", "ddp"]["efficiency"] == pytest.approx(150 / (2 * 120))
-    assert by["2x2", "horovod"]["images_per_sec_per_rank"] == pytest.approx(75.0)
-    table = matrix.markdown_table(rows, ["horovod", "ddp"])
-    assert "| 2x2 | 4 | 300.0 | 75.0 | 3.00 | 75% | 10.0 | 240.0 | 60.0 | 2.00 | 50% | 1.25 |" \
-        in table
-
-
-def test_the_median_of_repeats_counts_and_spread_is_flagged():
-    runs = [fake_run("1x1", "horovod", r, repeat=i) for i, r in enumerate([100, 50, 104])]
-    [row] = matrix.summarize(runs, [(1, 1)], ["horovod"])
-    assert row["images_per_sec"] == 100
-    assert row["high_variance"] is True
-    assert "high variance" in matrix.notes(row)
-
-
-def test_failed_and_oversubscribed_layouts_are_marked():
-    runs = [fake_run("1x1", "horovod", 100.0),
-            fake_run("1x2", "horovod", 150.0, oversubscribed=True),
-            {**fake_run("2x4", "horovod", 0.0), "status": "failed",
-             "reason": "no hostfile hostfiles/2x4"}]
-    rows = matrix.summarize(runs, [(1, 1), (1, 2), (2, 4)], ["horovod"])
-    table = matrix.markdown_table(rows, ["horovod"])
-    assert "oversubscribed" in table.splitlines()[3]
-    assert "| 2x4 | 8 | n/a |" in table and "failed: no hostfile hostfiles/2x4" in table
-
-
-def test_layouts_still_to_run_are_marked_so_in_the_tables_written_between_layouts():
-    rows = matrix.summarize([fake_run("1x1", "horovod", 100.0)], [(1, 1), (1, 2)], ["horovod"])
-    assert [row["status"] for row in rows] == ["ok", "pending"]
-    assert "| 1x2 | 2 | n/a |" in matrix.markdown_table(rows, ["horovod"])
-    assert matrix.notes(rows[1]) == "not run yet"
 
 
 @pytest.mark.parametrize("model, device, nodes, chosen", [

@@ -1,0 +1,77 @@
+"""The scaling matrix's report: one row per layout and launcher from the
+runs, its marks, and the four files (tests/test_matrix.py runs the matrix)."""
+
+import csv
+import json
+
+import pytest
+
+from horovod_train.bench import scaling_tables
+
+
+def run_record(layout: str, launcher: str, rate: float, repeat: int = 0, **extra) -> dict:
+    nodes, per_node = (int(x) for x in layout.split("x"))
+    return {"layout": layout, "nodes": nodes, "ranks_per_node": per_node,
+            "ranks": nodes * per_node, "launcher": launcher, "repeat": repeat, "status": "ok",
+            "reason": None, "oversubscribed": False, "images_per_sec": rate,
+            "step_time_s": 0.1, "allreduce_time_s": 0.01 if launcher == "horovod" else None,
+            **extra}
+
+
+def test_speedup_and_efficiency_are_against_one_rank_of_the_same_launcher():
+    runs = [run_record("1x1", "horovod", 100.0), run_record("1x2", "horovod", 180.0),
+            run_record("2x2", "horovod", 300.0), run_record("1x1", "ddp", 120.0),
+            run_record("1x2", "ddp", 150.0), run_record("2x2", "ddp", 240.0)]
+    rows = scaling_tables.summarize(runs, [(1, 1), (1, 2), (2, 2)], ["horovod", "ddp"])
+    by = {(r["layout"], r["launcher"]): r for r in rows}
+    assert by["2x2", "horovod"]["speedup"] == pytest.approx(3.0)
+    assert by["2x2", "horovod"]["efficiency"] == pytest.approx(0.75)
+    assert by["1x2", "ddp"]["efficiency"] == pytest.approx(150 / (2 * 120))
+    assert by["2x2", "horovod"]["images_per_sec_per_rank"] == pytest.approx(75.0)
+    table = scaling_tables.markdown_table(rows, ["horovod", "ddp"])
+    assert "| 2x2 | 4 | 300.0 | 75.0 | 3.00 | 75% | 10.0 | 240.0 | 60.0 | 2.00 | 50% | 1.25 |" \
+        in table
+
+
+def test_the_median_of_repeats_counts_and_spread_is_flagged():
+    runs = [run_record("1x1", "horovod", r, repeat=i) for i, r in enumerate([100, 50, 104])]
+    [row] = scaling_tables.summarize(runs, [(1, 1)], ["horovod"])
+    assert row["images_per_sec"] == 100
+    assert row["high_variance"] is True
+    assert "high variance" in scaling_tables.notes(row)
+
+
+def test_failed_and_oversubscribed_layouts_are_marked():
+    runs = [run_record("1x1", "horovod", 100.0),
+            run_record("1x2", "horovod", 150.0, oversubscribed=True),
+            {**run_record("2x4", "horovod", 0.0), "status": "failed",
+             "reason": "no hostfile hostfiles/2x4"}]
+    rows = scaling_tables.summarize(runs, [(1, 1), (1, 2), (2, 4)], ["horovod"])
+    table = scaling_tables.markdown_table(rows, ["horovod"])
+    assert "oversubscribed" in table.splitlines()[3]
+    assert "| 2x4 | 8 | n/a |" in table and "failed: no hostfile hostfiles/2x4" in table
+
+
+def test_layouts_still_to_run_are_marked_so_in_the_tables_written_between_layouts():
+    rows = scaling_tables.summarize([run_record("1x1", "horovod", 100.0)], [(1, 1), (1, 2)],
+                                    ["horovod"])
+    assert [row["status"] for row in rows] == ["ok", "pending"]
+    assert "| 1x2 | 2 | n/a |" in scaling_tables.markdown_table(rows, ["horovod"])
+    assert scaling_tables.notes(rows[1]) == "not run yet"
+
+
+def test_the_four_files_are_written_from_the_rows(tmp_path):
+    runs = [run_record("1x1", "horovod", 100.0), run_record("1x2", "horovod", 180.0)]
+    results = {"command": "benchmarks/run_matrix.sh --layouts 1x1,1x2", "runs": runs,
+               "rows": scaling_tables.summarize(runs, [(1, 1), (1, 2)], ["horovod"]),
+               "settings": {"model": "mnist_cnn", "workload": "mnist", "batch_per_rank": 64,
+                            "device": "cpu", "emulate": False, "repeats": 1, "steps": 10,
+                            "warmup_steps": 2}}
+    scaling_tables.write_outputs(tmp_path, results, ["horovod"])
+    assert json.loads((tmp_path / "results.json").read_text())["rows"] == results["rows"]
+    with open(tmp_path / "scaling.csv") as f:
+        assert [row["speedup"] for row in csv.DictReader(f)] == ["1.0", "1.8"]
+    table = (tmp_path / "scaling.md").read_text()
+    assert "| 1x2 | 2 | 180.0 | 90.0 | 1.80 | 90% |" in table
+    assert table.endswith("Command: `benchmarks/run_matrix.sh --layouts 1x1,1x2`\n")
+    assert (tmp_path / "scaling.png").read_bytes().startswith(b"\x89PNG")
