@@ -90,7 +90,7 @@ def parse_implementations(text: str) -> list[str]:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = ArgumentParser(prog=PROG, description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=parse_sizes, default=DEFAULT_SIZES,
                         help="comma-separated message sizes in bytes, K/M/G binary units "
                              "(default: powers of 4 from 4K to 64M)")

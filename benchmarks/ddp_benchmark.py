@@ -23,7 +23,7 @@ from horovod_train.models import MEMORY_FORMATS, MNIST_MODELS, MODELS
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = ArgumentParser(prog="ddp_benchmark.py", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", type=Path, default=Path("data"))
     parser.add_argument("--no-download", action="store_true")
     parser.add_argument("--model", choices=sorted(MODELS), default="mnist_cnn")

@@ -378,7 +378,7 @@ def progress_line(run: dict) -> str:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = ArgumentParser(prog="run_matrix.sh", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--layouts", default="1x1,1x2,2x2,2x4",
                         help="comma-separated NODESxGPUS (default: %(default)s)")
     parser.add_argument("--hosts", default=None,

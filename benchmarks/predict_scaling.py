@@ -302,7 +302,7 @@ def markdown(report: dict) -> str:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = ArgumentParser(prog=PROG, description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("results", type=Path, help="results.json from benchmarks/run_matrix.sh")
     parser.add_argument("--layouts", type=parse_layouts, default=parse_layouts(DEFAULT_LAYOUTS),
                         help=f"layouts NxG to predict (default {DEFAULT_LAYOUTS})")

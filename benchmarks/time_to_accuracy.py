@@ -50,7 +50,7 @@ N_TRAIN, N_TEST = 8000, 2000
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = ArgumentParser(prog=PROG, description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE,
                         help="directory holding t10k-images-idx3-ubyte[.gz] and "
                              "t10k-labels-idx1-ubyte[.gz] (default: $MNIST_T10K_DIR, else "

@@ -35,7 +35,7 @@ GENERATED_SAMPLES = 60_000  # the size of MNIST's training set
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = ArgumentParser(prog=PROG, description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", type=Path, default=None,
                         help="train on the real digits in DATA_DIR/MNIST/raw/ (torchvision "
                              "layout; never downloaded) instead of generated images")

@@ -233,7 +233,7 @@ def build(args) -> None:
 
 def main(argv: list[str]) -> int:
     parser = ArgumentParser(prog="build_image.sh", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", choices=["gpu", "cpu"], default="gpu")
     parser.add_argument("--tag", default=None,
                         help="image name (default localhost/horovod-train:DEVICE)")

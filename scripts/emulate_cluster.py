@@ -362,7 +362,7 @@ def status(state: Path) -> None:
 
 def main(argv: list[str]) -> int:
     parser = ArgumentParser(prog="emulate_cluster.sh", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     start = commands.add_parser("up", help="create the hosts and start sshd on each")
     start.add_argument("--hosts", default="a,b", help="comma-separated host names")

@@ -60,7 +60,7 @@ def on(host: str, command: list[str]) -> list[str]:
 
 def main(argv: list[str]) -> int:
     parser = ArgumentParser(prog="launch_cluster.sh", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--hosts", required=True, help="NAME:SLOTS,... (slots: GPUs per host)")
     parser.add_argument("--image", default="horovod-train")
     parser.add_argument("--keys", required=True, help="cluster key directory on every host")

@@ -20,7 +20,7 @@ from horovod_train.launch import hosts
 
 def main(argv: list[str]) -> int:
     parser = ArgumentParser(prog="discover_hosts", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("hosts_file", type=Path)
     args = parser.parse_args(argv)
     for host in hosts.read_hostfile(args.hosts_file, allow_empty=True):

@@ -381,7 +381,7 @@ def run_job(trainer_args: list[str], env: dict | None = None, settings: Settings
 
 def main() -> int:
     parser = ArgumentParser(prog="slurm.py", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=["run"])
     parser.add_argument("trainer_args", nargs=argparse.REMAINDER,
                         help="-- and the trainer's options")

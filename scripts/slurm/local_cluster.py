@@ -306,7 +306,7 @@ def status(state: Path) -> None:
 
 def main(argv: list[str]) -> int:
     parser = ArgumentParser(prog="local_cluster.sh", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=["up", "env", "status", "down"])
     args = parser.parse_args(argv)
     if args.command == "up":

@@ -140,7 +140,7 @@ def positive(text: str) -> int:
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser = ArgumentParser(prog="submit.py", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     job = parser.add_argument_group("the job")
     job.add_argument("--nodes", type=positive, default=2)
     job.add_argument("--tasks-per-node", type=positive, default=2,
