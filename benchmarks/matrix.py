@@ -66,7 +66,7 @@ def layout_hosts(nodes: int, per_node: int, hosts: list[str] | None,
     for host in listed[:nodes]:
         if host.slots < per_node:
             raise UserError(f"{path}: {host.name} has {host.slots} slots, "
-                              f"the layout needs {per_node}")
+                            f"the layout needs {per_node}")
     return [host.name for host in listed[:nodes]]
 
 

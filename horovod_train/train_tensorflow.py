@@ -148,8 +148,7 @@ def run(config: RunConfig) -> dict:
         digest=lambda: distributed.digest((v.name, v.numpy()) for v in model.weights),
         allgather_object=hvd.allgather_object,
     )
-    scale = lr_scale(rt.size, config.use_adasum, rt.local_size,
-                                 on_gpu=rt.device != "cpu")
+    scale = lr_scale(rt.size, config.use_adasum, rt.local_size, on_gpu=rt.device != "cpu")
     return train_loop.fit(config, rt, steps, len(train), len(test), epochs_done, "tensorflow",
                           MODEL_NAME, scale, started)
 

@@ -30,8 +30,8 @@ from horovod_train.models import build_model, convert_sync_batchnorm, input_shap
 from horovod_train.options import RunConfig
 
 
-def init(use_cuda: bool, threads: int | None, seed: int) -> tuple[distributed.Runtime,
-                                                                   torch.device]:
+def init(use_cuda: bool, threads: int | None,
+         seed: int) -> tuple[distributed.Runtime, torch.device]:
     """hvd.init(), one GPU per local rank (or the CPU), CPU threads shared out
     among the ranks of a host, and the same seed everywhere so every rank
     builds the same initial model (rank 0's is broadcast anyway)."""

@@ -46,7 +46,7 @@ def test_hosts_reach_only_the_cluster_network(hosts):
 
 def test_password_login_is_refused(hosts):
     result = run_on("a", "ssh", "-o", "PubkeyAuthentication=no",
-                "-o", "PreferredAuthentications=password,keyboard-interactive", "b", "true")
+                    "-o", "PreferredAuthentications=password,keyboard-interactive", "b", "true")
     assert result.returncode == 255
     assert "Permission denied (publickey)" in result.stderr
 
@@ -54,10 +54,11 @@ def test_password_login_is_refused(hosts):
 def test_a_key_that_is_not_the_clusters_is_refused(hosts):
     """A fresh key made on host a, offered alone to b's sshd."""
     result = run_on("a", "sh", "-c",
-                "rm -f /tmp/stranger /tmp/stranger.pub && "
-                "ssh-keygen -q -t ed25519 -N '' -f /tmp/stranger && "
-                "ssh -F none -i /tmp/stranger -o IdentitiesOnly=yes -o BatchMode=yes "
-                "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -p 12345 root@b true")
+                    "rm -f /tmp/stranger /tmp/stranger.pub && "
+                    "ssh-keygen -q -t ed25519 -N '' -f /tmp/stranger && "
+                    "ssh -F none -i /tmp/stranger -o IdentitiesOnly=yes -o BatchMode=yes "
+                    "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null "
+                    "-p 12345 root@b true")
     assert result.returncode == 255
     assert "Permission denied (publickey)" in result.stderr
 

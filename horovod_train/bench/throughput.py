@@ -129,8 +129,8 @@ def format_record(record: dict) -> str:
     def turns(side: str) -> str:
         return ", ".join(f"{rate:.0f}" for rate in record[side]["turns"])
 
-    data = (f"{record['data']} data" + (f" from {record['data_dir']}" if record["data_dir"]
-                                         else "") + f", {record['samples']} images")
+    source = f" from {record['data_dir']}" if record["data_dir"] else ""
+    data = f"{record['data']} data{source}, {record['samples']} images"
     return "\n".join([
         f"trainer throughput: {record['model']}, batch {record['batch_size']}, "
         f"{record['device']} ({record['threads']} threads), {data}; "
