@@ -47,7 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
-from horovod_train import distributed
+from horovod_train import console, distributed
 from horovod_train.atomic import atomic_write_bytes
 from horovod_train.errors import ArgumentParser, RunFailed, UserError, print_error, run_main
 from horovod_train.options import non_negative_int, positive_float, positive_int
@@ -490,8 +490,8 @@ def benchmark(args, ranks: Ranks) -> None:
         }
         if ranks.rank == 0:
             # One write: MPI's output forwarding keeps it in one piece.
-            print(f"{format_table(results, args.link_gbit)}\n{format_summary(record['summary'])}",
-                  flush=True)
+            console.say(f"{format_table(results, args.link_gbit)}\n"
+                        f"{format_summary(record['summary'])}")
         if args.json is not None:
             payload = (json.dumps(record, indent=2) + "\n").encode()
             ranks.on_all(lambda: ranks.rank == 0 and atomic_write_bytes(args.json, payload))
