@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from horovod_train import mxnet_mnist, pytorch_mnist, tensorflow2_mnist
+from horovod_train import distributed, mxnet_mnist, pytorch_mnist, tensorflow2_mnist
 from horovod_train.options import RunConfig
 
 
@@ -30,5 +30,6 @@ def test_every_trainers_help_names_the_settings_each_rank_makes(entry, capsys):
     with pytest.raises(SystemExit):
         entry.parse_args(["--help"])
     help_text = capsys.readouterr().out
-    for setting in ["OMPI_MCA_mpi_yield_when_idle=1", "HOROVOD_FUSION_THRESHOLD=4194304"]:
-        assert setting in help_text, setting
+    settings = {**distributed.RANK_MPI_SETTINGS, **distributed.CPU_RANK_HOROVOD_SETTINGS}
+    for name, value in settings.items():
+        assert f"{name}={value}" in help_text, name
