@@ -259,6 +259,9 @@ def test_patches_apply_to_the_pinned_sdist(tmp_path):
     assert "StrictHostKeyChecking" not in prefix and "BatchMode=yes" in prefix
     find_torch = (source / "cmake" / "Modules" / "FindPytorch.cmake").read_text()
     assert "HOROVOD_TORCH_CPU_ONLY" in find_torch
+    gloo_pair = (source / "third_party" / "gloo" / "gloo" / "transport" / "tcp" /
+                 "pair.cc").read_text()
+    assert "catch (const ::gloo::EnforceNotMet& ex)" in gloo_pair
 
 
 @pytest.mark.parametrize("args, message", [
