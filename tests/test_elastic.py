@@ -8,6 +8,7 @@ above 95%."""
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -37,8 +38,13 @@ def wait_for(predicate, what: str, job: subprocess.Popen, timeout: float) -> Non
         if predicate():
             return
         if job.poll() is not None:
+            output = job.stdout.read()
+            # What ended it (a rank's abort, say) can be far above the
+            # launcher's traceback at the end.
+            telling = [line for line in output.splitlines()
+                       if re.search(r"terminate called|what\(\)|Abort|exit with status", line)]
             pytest.fail(f"the job ended (exit {job.returncode}) before {what}:\n"
-                        + job.stdout.read()[-3000:])
+                        + "\n".join(telling[:20]) + "\n...\n" + output[-3000:])
         time.sleep(0.5)
     pytest.fail(f"no {what} within {timeout} s")
 
