@@ -59,6 +59,15 @@ console.say(f"fusion_threshold {os.environ.get('HOROVOD_FUSION_THRESHOLD', 'unse
 """
 
 
+def rank_settings(horovodrun_args: list[str], tensors: str, env: dict) -> str:
+    """What one rank started by a real horovodrun reports of its settings."""
+    result = subprocess.run([str(BIN / "horovodrun"), "-np", "1", "-H", "localhost:1",
+                             *horovodrun_args, sys.executable, "-c", RANK_SETTINGS, tensors],
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    return result.stdout
+
+
 @pytest.mark.parametrize("users_value, expected", [(None, "1"), ("0", "0")],
                          ids=["default", "users-value"])
 def test_each_rank_starts_mpi_yielding_its_core_unless_the_user_said_otherwise(users_value,
@@ -68,11 +77,7 @@ def test_each_rank_starts_mpi_yielding_its_core_unless_the_user_said_otherwise(u
     env = {k: v for k, v in os.environ.items() if k != "OMPI_MCA_mpi_yield_when_idle"}
     if users_value is not None:
         env["OMPI_MCA_mpi_yield_when_idle"] = users_value
-    result = subprocess.run([str(BIN / "horovodrun"), "-np", "1", "-H", "localhost:1", "--mpi",
-                             sys.executable, "-c", RANK_SETTINGS, "cpu"],
-                            cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    assert f"yield_when_idle {expected} True" in result.stdout
+    assert f"yield_when_idle {expected} True" in rank_settings(["--mpi"], "cpu", env)
 
 
 @pytest.mark.parametrize("tensors, horovodrun_args, expected", [
@@ -85,8 +90,5 @@ def test_ranks_with_cpu_tensors_fuse_at_most_4_mb_unless_the_user_said_otherwise
     """With CPU tensors the fusion buffer's copies are CPU work while the
     link idles; large gradients go alone instead (docs/benchmarks.md)."""
     env = {k: v for k, v in os.environ.items() if k != "HOROVOD_FUSION_THRESHOLD"}
-    result = subprocess.run([str(BIN / "horovodrun"), "-np", "1", "-H", "localhost:1", "--gloo",
-                             *horovodrun_args, sys.executable, "-c", RANK_SETTINGS, tensors],
-                            cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    assert f"fusion_threshold {expected}" in result.stdout
+    assert f"fusion_threshold {expected}" in rank_settings(["--gloo", *horovodrun_args],
+                                                           tensors, env)
