@@ -13,7 +13,7 @@ Two kinds of host:
 
 Run it through scripts/emulate_cluster.sh (needs root):
 
-    up [--hosts a,b] [--image IMAGE [--mount SRC:DST[:ro]]...]
+    up [--hosts a,b] [--image IMAGE [--mount SRC:DST[:ro]]...] [--decoys]
                             create the hosts and start their sshd
     exec HOST -- CMD...     run CMD as if logged in on HOST (cwd and env kept
                             for plain hosts; the image's WORKDIR and ENV for
@@ -28,6 +28,9 @@ Why hostnames matter: Horovod's Gloo rendezvous resolves each host's own
 hostname, so every emulated host needs a name that resolves to its address,
 as on a real cluster. The namespaces have no default route: they reach each
 other and nothing else.
+
+--decoys gives every host, besides eth0 (the network that joins them), the
+interfaces that lead multi-host jobs astray on real hosts (DECOYS below).
 """
 
 import argparse
@@ -51,6 +54,15 @@ BRIDGE = "hvtbr0"
 NETNS_PREFIX = "hvt-"
 DEFAULT_SUBNET = "10.213.0"  # /24, private and unlikely to clash; EMULATE_SUBNET overrides
 SSH_PORT = 12345
+# The decoys of `up --decoys`, each up with a carrier and an IPv4 address.
+# Only eth0 joins the hosts.
+DECOYS = {
+    "docker0": "Docker's bridge: the same address on every host (172.17.0.1/16), a "
+               "container's port on it",
+    "mgmt0": "a management network: each host on a subnet of its own (192.168.20N.0/24)",
+    "eth1": "a second network, the same subnet on every host (192.168.200.0/24), joining "
+            "none of them: unplugged, or firewalled",
+}
 
 
 def sh(*command: str, check: bool = True, quiet: bool = False) -> subprocess.CompletedProcess:
@@ -115,13 +127,14 @@ def check_prerequisites(image: str | None) -> None:
 
 
 def up(hosts: list[str], subnet: str, port: int, state: Path, image: str | None = None,
-       mounts: list[tuple[Path, str, bool]] = ()) -> dict:
+       mounts: list[tuple[Path, str, bool]] = (), decoys: bool = False) -> dict:
     check_prerequisites(image)
     down(state, quiet=True)
     state.mkdir(parents=True, mode=0o755)
     addresses = {host: f"{subnet}.{11 + i}" for i, host in enumerate(hosts)}
     layout = {"hosts": addresses, "bridge": BRIDGE, "bridge_address": f"{subnet}.1",
-              "port": port, "state_dir": str(state), "image": None}
+              "port": port, "state_dir": str(state), "image": None,
+              "decoys": list(DECOYS) if decoys else []}
     (state / "cluster.json").write_text(json.dumps(layout, indent=2) + "\n")
 
     keys = state / "keys"
@@ -132,7 +145,7 @@ def up(hosts: list[str], subnet: str, port: int, state: Path, image: str | None 
     hosts_file = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
     hosts_file += f"{subnet}.1\tctl\n"
     hosts_file += "".join(f"{address}\t{host}\n" for host, address in addresses.items())
-    for host, address in addresses.items():
+    for index, (host, address) in enumerate(addresses.items()):
         (state / "hosts" / host).mkdir(parents=True, mode=0o755)
         (state / "hosts" / host / "hosts").write_text(hosts_file)
         ns = netns(host)
@@ -142,6 +155,8 @@ def up(hosts: list[str], subnet: str, port: int, state: Path, image: str | None 
         sh("ip", "-n", ns, "addr", "add", f"{address}/24", "dev", "eth0")
         sh("ip", "-n", ns, "link", "set", "eth0", "up")
         sh("ip", "-n", ns, "link", "set", "lo", "up")
+        if decoys:
+            add_decoys(ns, index)
 
     if image:
         layout["image"] = start_image_hosts(image, addresses, port, state, keys, mounts)
@@ -149,6 +164,27 @@ def up(hosts: list[str], subnet: str, port: int, state: Path, image: str | None 
         start_plain_hosts(addresses, port, state, keys)
     wait_for_ssh(list(addresses), state)
     return layout
+
+
+def add_decoys(ns: str, index: int) -> None:
+    """DECOYS in namespace `ns`, of the index-th host. Each is one end of a
+    veth pair whose other end stays in the host, so it has a carrier."""
+    def linked(name: str, peer: str) -> None:
+        sh("ip", "-n", ns, "link", "add", name, "type", "veth", "peer", "name", peer)
+        sh("ip", "-n", ns, "link", "set", peer, "up")
+
+    sh("ip", "-n", ns, "link", "add", "docker0", "type", "bridge", "forward_delay", "0")
+    sh("ip", "-n", ns, "addr", "add", "172.17.0.1/16", "dev", "docker0")
+    # The far ends' names share no prefix with the decoys (NCCL_SOCKET_IFNAME
+    # selects interfaces by prefix).
+    linked("veth0c", "xveth0c")
+    sh("ip", "-n", ns, "link", "set", "veth0c", "master", "docker0", "up")
+    linked("mgmt0", "xmgmt0")
+    sh("ip", "-n", ns, "addr", "add", f"192.168.{201 + index}.{11 + index}/24", "dev", "mgmt0")
+    linked("eth1", "xeth1")
+    sh("ip", "-n", ns, "addr", "add", f"192.168.200.{11 + index}/24", "dev", "eth1")
+    for name in ("docker0", "mgmt0", "eth1"):
+        sh("ip", "-n", ns, "link", "set", name, "up")
 
 
 def start_plain_hosts(addresses: dict, port: int, state: Path, keys: Path) -> None:
@@ -372,6 +408,9 @@ def main(argv: list[str]) -> int:
     start.add_argument("--image", default=None,
                        help="run the hosts from this image (podman storage) instead of "
                             "this machine's files")
+    start.add_argument("--decoys", action="store_true",
+                       help="give every host the interfaces that mislead multi-host jobs: "
+                            + "; ".join(f"{name}: {what}" for name, what in DECOYS.items()))
     start.add_argument("--mount", action="append", default=[], metavar="SRC:DST[:ro]",
                        help="with --image: bind a directory into every host")
     run = commands.add_parser("exec", help="run a command on one host")
@@ -393,7 +432,8 @@ def main(argv: list[str]) -> int:
             raise UserError("--mount goes with --image (plain hosts see all files)")
         # Checked before anything is set up.
         mounts = [parse_mount(m) for m in args.mount]
-        layout = up(hosts, args.subnet, args.ssh_port, STATE_DIR, args.image, mounts)
+        layout = up(hosts, args.subnet, args.ssh_port, STATE_DIR, args.image, mounts,
+                    args.decoys)
         print(f"emulate_cluster: up: {', '.join(f'{h}={a}' for h, a in layout['hosts'].items())}"
               f", sshd on port {layout['port']}; run commands with: "
               f"scripts/emulate_cluster.sh exec {hosts[0]} -- COMMAND")

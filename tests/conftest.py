@@ -139,6 +139,13 @@ def cluster(emulated) -> dict:
     return emulated.ensure()
 
 
+@pytest.fixture
+def decoy_cluster(emulated) -> dict:
+    """Plain hosts a and b with the interfaces that mislead multi-host jobs
+    besides eth0 (emulate_cluster.sh up --decoys): docker0, mgmt0, eth1."""
+    return emulated.ensure("--decoys")
+
+
 # The two variants scripts/test.sh builds with scripts/build_image.sh.
 IMAGES = {"cpu": os.environ.get("HOROVOD_TRAIN_IMAGE", "localhost/horovod-train:cpu"),
           "gpu": os.environ.get("HOROVOD_TRAIN_GPU_IMAGE", "localhost/horovod-train:gpu")}

@@ -12,7 +12,10 @@ checks, before anything starts:
   - every remote host: its name resolves, its SSH port (-p, else its
     ssh_config) answers with SSH, and ssh logs in there in BatchMode, as
     horovodrun will; all hosts side by side, within about 40 s. This
-    machine's names need no check.
+    machine's names need no check;
+  - an interface named with --network-interface(s): on every host, up,
+    with an IPv4 address no other host has, all on one subnet (horovodrun
+    then skips its own probe and trusts the name).
 
 A problem is one line, `launch: error: ...`, and exit 2, before any process
 starts. Otherwise horovodrun replaces this process with the same arguments,
@@ -80,8 +83,10 @@ def check(args: argparse.Namespace) -> list[hosts.Host] | None:
         return None  # elastic: hosts come and go while the job runs
     listed, origin = planned_hosts(args)
     hosts.check_process_count(args.num_proc, listed, origin)
-    hosts.check_reachable([host.name for host in listed], args.ssh_port,
-                          args.ssh_identity_file)
+    names = [host.name for host in listed]
+    hosts.check_reachable(names, args.ssh_port, args.ssh_identity_file)
+    if args.nics:
+        hosts.check_interfaces(sorted(args.nics), names, args.ssh_port, args.ssh_identity_file)
     return listed
 
 

@@ -17,20 +17,26 @@ than slots) and M below N is refused. horovodrun's own hostfile reader takes
 none of this but `HOST slots=N` lines, so launchers hand it the -H list of
 the hosts read here (`host_list`), never the file.
 
+An interface the user names for horovodrun (--network-interfaces) is read
+on every host too, and checked as launch/network.py checks one: horovodrun
+then skips its own probe and trusts the name.
+
 Every problem is a UserError of one line that names the host, or the
 hostfile and line, and what is wrong."""
 
+import json
 import re
 import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from horovod_train.errors import ArgumentParser, UserError, run_main
+from horovod_train.launch import network
 
 
 @dataclass(frozen=True)
@@ -228,57 +234,121 @@ def ssh_login(host: str, port: int | None, identity: str | None) -> str | None:
             f"{lines[-1] if lines else f'exit {result.returncode}'}")
 
 
+def runs_here(host: str, target: SshTarget) -> bool:
+    """`host` is this machine by name or by address: horovodrun runs its
+    ranks without ssh."""
+    if is_local(host):
+        return True
+    if target.proxied:
+        return False
+    infos = socket.getaddrinfo(target.hostname, target.port, type=socket.SOCK_STREAM)
+    return bool({info[4][0] for info in infos} & local_addresses())
+
+
 def check_host(host: str, port: int | None, identity: str | None) -> str | None:
     """None when horovodrun will be able to start ranks on `host`, else why not."""
     if is_local(host):
         return None
     target = ssh_target(host, port)
+    try:
+        if runs_here(host, target):
+            return None
+    except socket.gaierror as err:
+        alias = f" ({target.hostname})" if target.hostname != host else ""
+        return f"host {host}{alias} does not resolve: {err.strerror}"
     if not target.proxied:
-        try:
-            infos = socket.getaddrinfo(target.hostname, target.port, type=socket.SOCK_STREAM)
-        except socket.gaierror as err:
-            alias = f" ({target.hostname})" if target.hostname != host else ""
-            return f"host {host}{alias} does not resolve: {err.strerror}"
-        if {info[4][0] for info in infos} & local_addresses():
-            return None  # this machine under another name: horovodrun runs it without ssh
         problem = probe_ssh_port(host, target)
         if problem:
             return problem
     return ssh_login(host, port, identity)
 
 
-def check_reachable(hosts: list[str], port: int | None, identity: str | None,
-                    deadline_s: float = CHECK_DEADLINE_S) -> None:
-    """Check every host side by side; raise a UserError naming the first
-    host (in the order given) that horovodrun could not use."""
-    verdicts: dict[str, str | None] = {}
+@dataclass(frozen=True)
+class Failed:
+    """A host's check that failed, and why."""
+    message: str
 
-    def check(host: str) -> None:
+
+def on_every_host(work: Callable[[str], object], hosts: list[str],
+                  deadline_s: float = CHECK_DEADLINE_S) -> dict[str, object]:
+    """work(host) for all hosts side by side, within deadline_s: each host's
+    result, or the message of its UserError, OSError or SubprocessError as
+    a `Failed`; a host whose work did not end in time is left out."""
+    results: dict[str, object] = {}
+
+    def run(host: str) -> None:
         try:
-            verdicts[host] = check_host(host, port, identity)
+            results[host] = work(host)
         except UserError as err:
-            verdicts[host] = str(err)
+            results[host] = Failed(str(err))
         except (OSError, subprocess.SubprocessError) as err:
-            verdicts[host] = f"checking host {host} failed: {err}"
+            results[host] = Failed(f"checking host {host} failed: {err}")
 
     # Daemon threads: a lookup that hangs past the deadline must not keep
     # this process from exiting.
-    threads = [threading.Thread(target=check, args=(h,), daemon=True) for h in hosts]
+    threads = [threading.Thread(target=run, args=(h,), daemon=True) for h in hosts]
     for thread in threads:
         thread.start()
     end = time.monotonic() + deadline_s
     for thread in threads:
         thread.join(max(0.0, end - time.monotonic()))
+    return dict(results)
+
+
+def first_problem(problems: list[str]) -> None:
+    """A UserError naming the first problem, and how many more hosts have one."""
+    if problems:
+        others = len(problems) - 1
+        more = f" (and {others} more host{'s' * (others > 1)} with problems)" if others else ""
+        raise UserError(problems[0] + more)
+
+
+def check_reachable(hosts: list[str], port: int | None, identity: str | None,
+                    deadline_s: float = CHECK_DEADLINE_S) -> None:
+    """Check every host side by side; raise a UserError naming the first
+    host (in the order given) that horovodrun could not use."""
+    verdicts = on_every_host(lambda host: check_host(host, port, identity), hosts, deadline_s)
     problems = []
     for host in hosts:
         if host not in verdicts:
             problems.append(f"host {host}: no answer to the checks within {deadline_s:.0f} s")
         elif verdicts[host]:
-            problems.append(verdicts[host])
-    if problems:
-        others = len(problems) - 1
-        more = f" (and {others} more host{'s' * (others > 1)} with problems)" if others else ""
-        raise UserError(problems[0] + more)
+            verdict = verdicts[host]
+            problems.append(verdict.message if isinstance(verdict, Failed) else verdict)
+    first_problem(problems)
+
+
+def interfaces_on(host: str, port: int | None, identity: str | None) -> list[network.Interface]:
+    """The host's interfaces, read there by launch/network.py, sent over ssh
+    to the Python at this one's path (horovodrun runs its own probe there
+    the same way)."""
+    if runs_here(host, ssh_target(host, port)):
+        return network.local_interfaces()
+    command = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}",
+               *(["-p", str(port)] if port else []), *(["-i", identity] if identity else []),
+               host, sys.executable, "-", "list"]
+    result = subprocess.run(command, input=network.SOURCE.read_text(), capture_output=True,
+                            text=True, timeout=SSH_TIMEOUT_S)
+    try:
+        return network.interfaces_from_json(json.loads(result.stdout))
+    except (ValueError, TypeError):
+        said = (result.stderr.strip().splitlines() or [f"exit {result.returncode}"])[-1]
+        raise UserError(f"cannot read the interfaces of host {host} ({sys.executable} "
+                        f"there): {said}") from None
+
+
+def check_interfaces(names: list[str], hosts: list[str], port: int | None,
+                     identity: str | None) -> None:
+    """The interfaces the user named, on every host: one UserError for the
+    first that cannot carry the job."""
+    tables = on_every_host(lambda host: interfaces_on(host, port, identity), hosts)
+    first_problem([f"host {host}: no answer within {CHECK_DEADLINE_S:.0f} s" if host not in tables
+                   else tables[host].message for host in hosts
+                   if not isinstance(tables.get(host), list)])
+    try:
+        network.check_named(names, tables)
+    except ValueError as err:
+        raise UserError(str(err)) from None
 
 
 def main(argv: list[str]) -> int:
