@@ -4,9 +4,11 @@ instead of argparse's Namespace."""
 
 import argparse
 import dataclasses
+import json
 import os
 from pathlib import Path
 
+from horovod_train.console import say
 from horovod_train.errors import ArgumentParser
 
 
@@ -141,6 +143,10 @@ def base_parser(prog: str, description: str) -> argparse.ArgumentParser:
                          metavar="SECONDS",
                          help="where stderr is not a terminal (a log, horovodrun), progress is "
                               "a line from rank 0 at most every SECONDS instead of a bar")
+    parser.add_argument("--check-options", action="store_true",
+                        help="check the options, print the run's configuration as JSON and "
+                             "exit, starting nothing (a Slurm job checks its trainer's options "
+                             "so, once, before the ranks start)")
     return parser
 
 
@@ -193,11 +199,17 @@ class RunConfig:
 
 def finish(args: argparse.Namespace) -> RunConfig:
     """The run configuration: parsed options, and the defaults that depend
-    on other options."""
+    on other options. With --check-options, it is printed instead, and the
+    process ends."""
     values = vars(args)
+    check_only = values.pop("check_options")
     if values["checkpoint_dir"] is None:
         values["checkpoint_dir"] = args.log_dir / "checkpoints"
-    return RunConfig(**values)
+    config = RunConfig(**values)
+    if check_only:
+        say(json.dumps(config.as_record(), sort_keys=True))
+        raise SystemExit(0)
+    return config
 
 
 # The PyTorch trainer's and the DDP baseline's --memory-format (models.MEMORY_FORMATS).

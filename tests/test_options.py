@@ -1,6 +1,7 @@
 """The trainers' options, read once into a frozen run configuration."""
 
 import dataclasses
+import json
 
 import pytest
 
@@ -16,6 +17,15 @@ def test_every_trainer_reads_its_options_into_one_frozen_config(entry):
     assert config.checkpoint_dir == config.log_dir / "checkpoints"
     with pytest.raises(dataclasses.FrozenInstanceError):
         config.epochs = 4
+
+
+@pytest.mark.parametrize("entry", [pytorch_mnist, tensorflow2_mnist, mxnet_mnist])
+def test_check_options_prints_the_configuration_as_json_and_starts_nothing(entry, capsys):
+    with pytest.raises(SystemExit) as done:
+        entry.parse_args(["--epochs", "3", "--check-options"])
+    assert done.value.code == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["epochs"] == 3 and "check_options" not in record
 
 
 def test_the_summary_record_of_a_config_is_json_values():
