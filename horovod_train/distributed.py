@@ -28,6 +28,7 @@ class Runtime:
     controller: str  # "gloo" or "mpi"
     hostname: str
     threads: int
+    network: str | None  # the interface(s) the launcher chose for the ranks' traffic
 
     @property
     def is_root(self) -> bool:
@@ -82,20 +83,39 @@ def threads_per_rank(local_size: int, requested: int | None) -> int:
     return requested or max(1, len(os.sched_getaffinity(0)) // local_size)
 
 
+def local_size_before_init() -> int:
+    """How many ranks share this host, before Horovod is up: horovodrun
+    (Gloo) and mpirun (MPI) tell each process; srun tells each task how many
+    tasks every node of its step runs."""
+    told = os.environ.get("HOROVOD_LOCAL_SIZE") or os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE")
+    if told:
+        return int(told)
+    step_tasks, node = os.environ.get("SLURM_STEP_TASKS_PER_NODE"), os.environ.get("SLURM_NODEID")
+    if step_tasks and node and node.isdigit():
+        from horovod_train.launch.slurm import expand_tasks_per_node
+
+        return expand_tasks_per_node(step_tasks)[int(node)]
+    return 1
+
+
 def threads_before_init(requested: int | None) -> int:
-    """threads_per_rank before Horovod is up: horovodrun (Gloo) and mpirun
-    (MPI) both tell each process how many ranks share its host."""
-    local_size = int(os.environ.get("HOROVOD_LOCAL_SIZE")
-                     or os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE") or 1)
-    return threads_per_rank(local_size, requested)
+    """threads_per_rank before Horovod is up."""
+    return threads_per_rank(local_size_before_init(), requested)
+
+
+# Where each controller's launcher names the ranks' interface: horovodrun
+# (its probe's choice, or --network-interfaces) and the Slurm job's srun
+# (launch/network.py's) both set these.
+NETWORK_VARIABLES = {"gloo": "HOROVOD_GLOO_IFACE", "mpi": "OMPI_MCA_btl_tcp_if_include"}
 
 
 def describe(hvd, device: str, threads: int) -> Runtime:
+    controller = "gloo" if hvd.gloo_enabled() else "mpi"
     return Runtime(
         rank=hvd.rank(), size=hvd.size(), local_rank=hvd.local_rank(),
-        local_size=hvd.local_size(), device=device,
-        controller="gloo" if hvd.gloo_enabled() else "mpi",
+        local_size=hvd.local_size(), device=device, controller=controller,
         hostname=socket.gethostname(), threads=threads,
+        network=os.environ.get(NETWORK_VARIABLES[controller]),
     )
 
 

@@ -95,9 +95,11 @@ class MetricsLog:
 def announce(rt, framework: str, model: str, n_train: int, n_test: int, lr: float,
              scale: float, epochs_done: int) -> None:
     if rt.is_root:
+        # No launcher named an interface: the controller picks its own.
+        network = f"network {rt.network or f'{rt.controller} chooses'}, " if rt.size > 1 else ""
         say(f"training {framework} {model} on {n_train} images, testing on {n_test}, "
             f"{rt.size} ranks ({rt.controller}), {rt.device}, {rt.threads} threads per rank, "
-            f"lr {lr} x {scale:g}"
+            f"{network}lr {lr} x {scale:g}"
             + (f", resuming after epoch {epochs_done}" if epochs_done else ""))
 
 
@@ -161,6 +163,7 @@ def build_summary(framework: str, model: str, runtime, ranks: list[dict], test_m
         "model": model,
         "size": runtime.size,
         "controller": runtime.controller,
+        "network_interface": runtime.network,
         "device": runtime.device,
         "hosts": dict(collections.Counter(r["host"] for r in ranks)),
         "ranks": ranks,

@@ -86,7 +86,7 @@ def test_disabled_log_writes_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-RT = SimpleNamespace(size=2, controller="gloo", device="cpu", is_root=True)
+RT = SimpleNamespace(size=2, controller="gloo", device="cpu", is_root=True, network="eth0")
 CONFIG = parse_args(["--epochs", "3"])
 
 
@@ -104,6 +104,7 @@ def test_summary_totals_are_sums_over_ranks():
     # The slowest rank's times: the run is as slow as its slowest rank.
     assert summary["step_time_s"] == 2.0 and summary["train_time_s"] == 2.5
     assert summary["hosts"] == {"a": 1, "b": 1}
+    assert summary["controller"] == "gloo" and summary["network_interface"] == "eth0"
     assert summary["weights_identical"] and "digest" not in summary["ranks"][0]
     # The run's options, as JSON values.
     assert summary["options"]["epochs"] == 3 and summary["options"]["data_dir"] == "data"
