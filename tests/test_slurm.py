@@ -1,9 +1,10 @@
-"""Horovod on Slurm: the allocation read as horovodrun's -np and -H, the
-container command lines, and, against a real Slurm (slurmctld, a slurmd in
-each of the emulated hosts a and b, munge; scripts/slurm/local_cluster.sh),
-scripts/slurm/horovod.sbatch and scripts/slurm/submit.py training MNIST
-across both hosts, a cancelled job resumed from its checkpoint, and a
-Submitit job requeued by its pre-timeout signal."""
+"""Horovod on Slurm: the allocation read as ranks and hosts, the commands
+of each launcher and runtime, and, against a real Slurm (slurmctld, a
+slurmd in each of the emulated hosts a and b with their decoy interfaces,
+munge, accounting; scripts/slurm/local_cluster.sh), scripts/slurm/horovod.sbatch
+training MNIST with its ranks as Slurm tasks beside horovodrun over ssh, each
+job cancelled and resumed from its checkpoint, every bad input ending the
+job in one line, and a Submitit job requeued by its pre-timeout signal."""
 
 import json
 import os
@@ -11,6 +12,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -110,33 +112,92 @@ def keys(tmp_path) -> Path:
     return tmp_path / "keys"
 
 
-def test_venv_plan_runs_horovodrun_from_the_checkout():
-    settings = slurm.make_settings(ssh_port="12345", checkout=REPO)
+PYTHON = f"{REPO}/.venv/bin/python"
+PROBE = ["srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--mpi=none", "--input=all",
+         sys.executable, str(REPO / "horovod_train" / "launch" / "network.py"), "probe"]
+
+
+def test_srun_plan_checks_the_options_probes_the_network_then_starts_a_rank_per_task():
+    settings = slurm.make_settings(checkout=REPO)
+    plan = slurm.make_plan(allocation(), settings, ["--epochs", "3"])
+    trainer = ["horovod_train/pytorch_mnist.py", "--epochs", "3"]
+    assert plan.check == ["srun", "--nodes=1", "--ntasks=1", "--mpi=none", PYTHON, *trainer,
+                          "--check-options"]
+    assert plan.probe == PROBE
+    assert plan.main == ["srun", "--mpi=pmix", "--kill-on-bad-exit=1", "--ntasks=4",
+                         PYTHON, *trainer]
+    assert plan.cwd == str(REPO) and plan.sshd is None
+
+
+def test_srun_passes_the_jobs_cpus_per_task_and_fewer_ranks_when_asked():
+    job = slurm.allocation_from_env({"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "a,b",
+                                     "SLURM_TASKS_PER_NODE": "2(x2)",
+                                     "SLURM_CPUS_PER_TASK": "8"})
+    plan = slurm.make_plan(job, slurm.make_settings(checkout=REPO, num_proc="3"), [])
+    assert plan.main[:5] == ["srun", "--mpi=pmix", "--kill-on-bad-exit=1", "--ntasks=3",
+                             "--cpus-per-task=8"]
+
+
+def test_horovodrun_plan_runs_it_from_the_checkout_and_probes_only_a_named_interface():
+    settings = slurm.make_settings(launcher="horovodrun", ssh_port="12345", checkout=REPO)
     plan = slurm.make_plan(allocation(), settings, ["--epochs", "3"])
     venv = f"{REPO}/.venv/bin"
     assert plan.main == [f"{venv}/horovodrun", "-np", "4", "-H", "a:2,b:2", "-p", "12345",
                          "--gloo", f"{venv}/python", "horovod_train/pytorch_mnist.py",
                          "--epochs", "3"]
-    assert plan.cwd == str(REPO) and plan.sshd is None
+    assert plan.cwd == str(REPO) and plan.sshd is None and plan.probe is None
+    named = slurm.make_settings(launcher="horovodrun", checkout=REPO, interfaces="ib0,eth0")
+    plan = slurm.make_plan(allocation(), named, [])
+    assert plan.probe == PROBE
+    assert plan.main[:7] == [f"{venv}/horovodrun", "-np", "4", "-H", "a:2,b:2",
+                             "--network-interfaces", "ib0,eth0"]
 
 
 def test_resume_is_added_when_asked_and_after_a_requeue():
     asked = slurm.make_settings(resume=True, checkout=REPO)
     assert slurm.make_plan(allocation(), asked, ["--epochs", "3"]).main[-1] == "--resume"
     plain = slurm.make_settings(checkout=REPO)
-    requeued = slurm.make_plan(allocation(restarts="1"), plain, ["--epochs", "3"]).main
-    assert requeued[-1] == "--resume"
+    requeued = slurm.make_plan(allocation(restarts="1"), plain, ["--epochs", "3"])
+    assert requeued.main[-1] == "--resume" and requeued.check[-2:] == ["--resume",
+                                                                       "--check-options"]
     twice = slurm.make_plan(allocation(restarts="2"), asked, ["--resume"]).main
     assert twice.count("--resume") == 1
     assert "--resume" not in slurm.make_plan(allocation(), plain, []).main
 
 
-def test_apptainer_plan_starts_the_images_sshd_then_horovodrun_inside_it(keys):
+def test_srun_in_apptainer_runs_each_rank_in_the_image_without_sshd():
     settings = slurm.make_settings(runtime="apptainer", image="/images/horovod-train.sif",
-                                   keys=str(keys), mounts="/scratch/mnist:/data:ro",
-                                   checkout="/srv/checkout")
+                                   mounts="/scratch/mnist:/data:ro", checkout="/srv/checkout")
+    plan = slurm.make_plan(allocation(), settings, ["--data-dir", "/data"])
+    container = ["apptainer", "exec", "--nv", "--pwd", "/workspace",
+                 "--bind", "/srv/checkout:/workspace", "--bind", "/scratch/mnist:/data:ro",
+                 "/images/horovod-train.sif", "/opt/venv/bin/python",
+                 "horovod_train/pytorch_mnist.py", "--data-dir", "/data"]
+    assert plan.main == ["srun", "--mpi=pmix", "--kill-on-bad-exit=1", "--ntasks=4",
+                         *container]
+    assert plan.check == ["srun", "--nodes=1", "--ntasks=1", "--mpi=none", *container,
+                          "--check-options"]
+    assert plan.cwd is None and plan.sshd is None and plan.probe == PROBE
+
+
+def test_srun_in_pyxis_gives_srun_the_container_options():
+    settings = slurm.make_settings(runtime="pyxis", image="nvcr.io#org/horovod-train:cpu",
+                                   mounts="/scratch/runs:/runs", checkout="/srv/checkout")
+    plan = slurm.make_plan(allocation(), settings, ["--log-dir", "/runs/x"])
+    assert plan.main == ["srun", "--mpi=pmix", "--kill-on-bad-exit=1", "--ntasks=4",
+                         "--container-image=nvcr.io#org/horovod-train:cpu",
+                         "--container-mounts=/srv/checkout:/workspace,/scratch/runs:/runs",
+                         "--container-workdir=/workspace", "/opt/venv/bin/python",
+                         "horovod_train/pytorch_mnist.py", "--log-dir", "/runs/x"]
+
+
+def test_horovodrun_in_apptainer_starts_the_images_sshd_then_horovodrun_inside_it(keys):
+    settings = slurm.make_settings(launcher="horovodrun", runtime="apptainer",
+                                   image="/images/horovod-train.sif", keys=str(keys),
+                                   mounts="/scratch/mnist:/data:ro", checkout="/srv/checkout")
     plan = slurm.make_plan(allocation("a,b,c", "2(x3)"), settings, ["--data-dir", "/data"])
-    container = ["apptainer", "exec", "--fakeroot", "--writable-tmpfs", "--pwd", "/workspace",
+    container = ["apptainer", "exec", "--nv", "--fakeroot", "--writable-tmpfs",
+                 "--pwd", "/workspace",
                  "--bind", f"{keys}:/etc/horovod/keys:ro", "--bind", "/srv/checkout:/workspace",
                  "--bind", "/scratch/mnist:/data:ro",
                  "--env", "CLUSTER_HOSTS=a b c", "--env", "SSH_PORT=12345",
@@ -149,9 +210,10 @@ def test_apptainer_plan_starts_the_images_sshd_then_horovodrun_inside_it(keys):
     assert plan.ssh_hosts == ("b", "c") and plan.ssh_port == 12345
 
 
-def test_pyxis_plan_uses_srun_container_options(keys):
-    settings = slurm.make_settings(runtime="pyxis", image="nvcr.io#org/horovod-train:cpu",
-                                   keys=str(keys), mounts="/scratch/runs:/runs", ssh_port=2222,
+def test_horovodrun_in_pyxis_uses_srun_container_options(keys):
+    settings = slurm.make_settings(launcher="horovodrun", runtime="pyxis",
+                                   image="nvcr.io#org/horovod-train:cpu", keys=str(keys),
+                                   mounts="/scratch/runs:/runs", ssh_port=2222,
                                    checkout="/srv/checkout")
     plan = slurm.make_plan(allocation(), settings, ["--log-dir", "/runs/x"])
     container = ["--container-image=nvcr.io#org/horovod-train:cpu",
@@ -169,20 +231,29 @@ def test_pyxis_plan_uses_srun_container_options(keys):
 
 
 def test_one_node_in_a_container_needs_no_sshd_step(keys):
-    settings = slurm.make_settings(runtime="apptainer", image="x.sif", keys=str(keys))
+    settings = slurm.make_settings(launcher="horovodrun", runtime="apptainer", image="x.sif",
+                                   keys=str(keys))
     plan = slurm.make_plan(allocation("a", "4"), settings, [])
     assert plan.sshd is None and "horovodrun -np 4 -H a:4 -p 12345" in shlex.join(plan.main)
 
 
 @pytest.mark.parametrize("settings, message", [
+    ({"launcher": "mpirun"}, "HVT_LAUNCHER=mpirun: unknown launcher; use one of srun, "
+                             "horovodrun"),
     ({"runtime": "docker"}, "HOROVOD_RUNTIME=docker: unknown runtime; use one of venv, "
                             "apptainer, pyxis"),
     ({"runtime": "pyxis"}, "HOROVOD_RUNTIME=pyxis needs HOROVOD_IMAGE"),
-    ({"runtime": "apptainer", "image": "x.sif"}, "needs HOROVOD_KEYS"),
-    ({"runtime": "apptainer", "image": "x.sif", "keys": "/nonexistent"},
-     "HOROVOD_KEYS=/nonexistent has no authorized_keys"),
-    ({"ssh_port": "ssh"}, "HOROVOD_SSH_PORT=ssh: want a port number"),
+    ({"launcher": "horovodrun", "runtime": "apptainer", "image": "x.sif"},
+     "needs HOROVOD_KEYS"),
+    ({"launcher": "horovodrun", "runtime": "apptainer", "image": "x.sif",
+      "keys": "/nonexistent"}, "HOROVOD_KEYS=/nonexistent has no authorized_keys"),
+    ({"ssh_port": "12345"}, "HOROVOD_SSH_PORT is for HVT_LAUNCHER=horovodrun: srun starts "
+                            "the ranks without ssh"),
+    ({"launcher": "horovodrun", "ssh_port": "ssh"}, "HOROVOD_SSH_PORT=ssh: want a port number"),
     ({"mounts": "/data:/data"}, "HOROVOD_MOUNTS is for the container runtimes"),
+    ({"interfaces": "eth0,bad name"}, "HVT_NETWORK_INTERFACE=eth0,bad name: 'bad name' is not "
+                                      "an interface name"),
+    ({"num_proc": "0"}, "HVT_NUM_PROC=0: want a number of ranks, at least 1"),
     ({"checkout": "/"}, "no /.venv/bin/horovodrun: run scripts/setup.sh"),
 ])
 def test_bad_settings_are_one_error_naming_the_variable(settings, message):
@@ -191,9 +262,24 @@ def test_bad_settings_are_one_error_naming_the_variable(settings, message):
     assert message in str(error.value)
 
 
-def test_bad_mount_is_refused(keys):
+def test_more_ranks_than_the_jobs_tasks_are_refused():
+    with pytest.raises(UserError, match=r"^HVT_NUM_PROC=5 is more than the 4 tasks of job 7 "
+                                        r"\(a:2,b:2\): lower it, or submit with more tasks$"):
+        slurm.make_plan(allocation(), slurm.make_settings(checkout=REPO, num_proc=5), [])
+
+
+def test_bad_mount_is_refused():
     with pytest.raises(UserError, match="HOROVOD_MOUNTS: 'data' is not SRC:DST"):
-        slurm.make_settings(runtime="pyxis", image="i", keys=str(keys), mounts="data")
+        slurm.make_settings(runtime="pyxis", image="i", mounts="data")
+
+
+def test_a_layer_the_user_set_keeps_its_own_interface():
+    assert slurm.network_environment(["eth0", "ib0"], {}) == {
+        "HOROVOD_GLOO_IFACE": "eth0", "NCCL_SOCKET_IFNAME": "eth0,ib0",
+        "OMPI_MCA_btl_tcp_if_include": "eth0,ib0", "OMPI_MCA_oob_tcp_if_include": "eth0,ib0"}
+    mine = {"NCCL_SOCKET_IFNAME": "=ib0", "OMPI_MCA_btl_tcp_if_exclude": "lo,docker0"}
+    assert slurm.network_environment(["eth0"], mine) == {
+        "HOROVOD_GLOO_IFACE": "eth0", "OMPI_MCA_oob_tcp_if_include": "eth0"}
 
 
 # --- the batch script and submit.py, without Slurm --------------------------------
@@ -201,7 +287,7 @@ def test_bad_mount_is_refused(keys):
 def batch_script(env: dict, *args: str) -> subprocess.CompletedProcess:
     """The batch script as the batch step runs it: bash, in the checkout."""
     clean = {k: v for k, v in os.environ.items()
-             if not k.startswith(("SLURM_", "HOROVOD_")) and k != "RESUME"}
+             if not k.startswith(("SLURM_", "HOROVOD_", "HVT_")) and k != "RESUME"}
     return subprocess.run(["bash", str(SBATCH_SCRIPT), *args], cwd=REPO, env={**clean, **env},
                           capture_output=True, text=True, timeout=60)
 
@@ -212,14 +298,16 @@ JOB_ENV = {"SLURM_JOB_ID": "42", "SLURM_JOB_NODELIST": "a,b", "SLURM_TASKS_PER_N
 def test_batch_script_help_lists_its_settings():
     result = batch_script({}, "--help")
     assert result.returncode == 0
-    for name in ("HOROVOD_RUNTIME", "HOROVOD_IMAGE", "HOROVOD_KEYS", "HOROVOD_SSH_PORT",
-                 "RESUME=1", "apptainer", "pyxis"):
+    for name in ("HVT_LAUNCHER", "HVT_NETWORK_INTERFACE", "HVT_NUM_PROC", "HOROVOD_RUNTIME",
+                 "HOROVOD_IMAGE", "HOROVOD_KEYS", "HOROVOD_SSH_PORT", "RESUME=1", "apptainer",
+                 "pyxis"):
         assert name in result.stdout, name
 
 
 @pytest.mark.parametrize("env, message", [
     ({}, "slurm: error: not inside a Slurm job"),
     ({**JOB_ENV, "HOROVOD_RUNTIME": "docker"}, "slurm: error: HOROVOD_RUNTIME=docker: unknown"),
+    ({**JOB_ENV, "HVT_LAUNCHER": "mpirun"}, "slurm: error: HVT_LAUNCHER=mpirun: unknown"),
     ({**JOB_ENV, "RESUME": "maybe"}, "slurm: error: RESUME=maybe: want 1 or 0"),
     ({**JOB_ENV, "HOROVOD_TRAIN_DIR": "/"}, "horovod.sbatch: error: / is not a horovod-train "
                                             "checkout"),
@@ -232,17 +320,31 @@ def test_batch_script_bad_input_is_one_line_and_exit_2(env, message):
     assert "Traceback" not in result.stderr
 
 
-def test_batch_script_dry_run_prints_the_container_commands(keys):
-    env = {**JOB_ENV, "HOROVOD_DRY_RUN": "1", "HOROVOD_RUNTIME": "apptainer",
-           "HOROVOD_IMAGE": "/images/horovod-train.sif", "HOROVOD_KEYS": str(keys),
-           "RESUME": "1"}
+@pytest.mark.parametrize("launcher", ["srun", "horovodrun"])
+def test_batch_script_dry_run_prints_the_container_commands(keys, launcher):
+    ssh = {"HOROVOD_KEYS": str(keys)} if launcher == "horovodrun" else {}
+    env = {**JOB_ENV, "HOROVOD_DRY_RUN": "1", "HVT_LAUNCHER": launcher,
+           "HOROVOD_RUNTIME": "apptainer", "HOROVOD_IMAGE": "/images/horovod-train.sif",
+           "RESUME": "1", **ssh}
     result = batch_script(env, "--data-dir", "/data")
     assert result.returncode == 0, result.stderr
-    settings = slurm.make_settings(runtime="apptainer", image="/images/horovod-train.sif",
-                                   keys=str(keys), resume=True)
+    settings = slurm.make_settings(launcher=launcher, runtime="apptainer",
+                                   image="/images/horovod-train.sif", resume=True,
+                                   keys=ssh.get("HOROVOD_KEYS"))
     plan = slurm.make_plan(allocation(), settings, ["--data-dir", "/data"])
-    assert f"slurm: sshd step: {shlex.join(plan.sshd)}" in result.stdout
-    assert f"slurm: run: {shlex.join(plan.main)}" in result.stdout
+    lines = result.stdout.splitlines()
+    how = ("each a Slurm task (srun --mpi=pmix)" if launcher == "srun"
+           else "started by horovodrun over ssh")
+    network = "chosen by the probe when the job runs" if launcher == "srun" else \
+        "horovodrun's probe"
+    assert lines[0] == (f"slurm: job 42: 4 ranks on a:2,b:2, {how}, runtime apptainer; "
+                        f"network {network}")
+    assert f"slurm: check: {shlex.join(plan.check)}" in lines
+    if launcher == "srun":
+        assert f"slurm: probe: {shlex.join(plan.probe)}" in lines
+    else:
+        assert f"slurm: sshd step: {shlex.join(plan.sshd)}" in lines
+    assert lines[-1] == f"slurm: run: {shlex.join(plan.main)}"
     assert plan.main[-1] == "--resume"
 
 
@@ -251,7 +353,8 @@ def test_submit_help_and_bad_settings_before_submitting():
                             text=True, timeout=60)
     assert result.returncode == 0
     for option in ("--nodes", "--tasks-per-node", "--gpus-per-node", "--partition", "--time",
-                   "--no-wait", "--resume", "--runtime", "--image"):
+                   "--no-wait", "--resume", "--launcher", "--network-interface", "--num-proc",
+                   "--runtime", "--image"):
         assert option in result.stdout, option
     bad = subprocess.run([str(BIN / "python"), str(SUBMIT), "--runtime", "pyxis"],
                          capture_output=True, text=True, timeout=60)
@@ -262,21 +365,29 @@ def test_submit_help_and_bad_settings_before_submitting():
 
 # --- a real Slurm ------------------------------------------------------------------
 
+SLURM_PACKAGES = ("slurm-wlm", "slurmdbd", "mariadb-server", "munge")
+
+
 def slurm_skip_reason() -> str | None:
-    """None when Slurm and munge are here, installing them when missing (as root)."""
+    """None when Slurm, its accounting and munge are here, installing them
+    when missing (as root)."""
     if all(shutil.which(p) or Path(f"/usr/sbin/{p}").exists()
-           for p in ("slurmctld", "slurmd", "munged", "sbatch")):
+           for p in ("slurmctld", "slurmd", "slurmdbd", "munged", "sbatch", "mariadbd")):
         return None
     if os.geteuid() != 0:
-        return "Slurm is not installed; installing it needs root: apt-get install slurm-wlm munge"
+        return ("Slurm is not installed; installing it needs root: apt-get install "
+                + " ".join(SLURM_PACKAGES))
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     for command in (["apt-get", "update", "-qq"],
-                    ["apt-get", "install", "-y", "-qq", "slurm-wlm", "munge"]):
+                    ["apt-get", "install", "-y", "-qq", *SLURM_PACKAGES]):
         result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
         if result.returncode != 0:
             last = (result.stderr.strip().splitlines() or ["no output"])[-1]
             return f"could not install Slurm ({' '.join(command)}): {last}"
     return None
+
+
+ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}
 
 
 class LocalSlurm:
@@ -298,31 +409,45 @@ class LocalSlurm:
             fields = self.job(job_id)
             if fields.get("JobState") in states:
                 return fields
-            time.sleep(1)
+            time.sleep(0.5)
         raise AssertionError(f"job {job_id} not {states} within {timeout_s:.0f} s: "
                              f"{self.job(job_id).get('JobState')}")
 
     def sbatch(self, log_dir: Path, trainer_args: list[str], **variables: str) -> str:
         """sbatch scripts/slurm/horovod.sbatch from the checkout, the job's log in
         log_dir; returns the job id."""
-        env = ",".join(f"{name}={value}" for name, value in variables.items())
+        env = "".join(f",{name}={value}" for name, value in variables.items())
         result = subprocess.run(["sbatch", "--parsable", f"--output={log_dir}/horovod-%j.out",
-                                 f"--export=ALL,HOROVOD_SSH_PORT=12345{',' + env if env else ''}",
-                                 str(SBATCH_SCRIPT), *trainer_args],
+                                 f"--export=ALL{env}", str(SBATCH_SCRIPT), *trainer_args],
                                 cwd=REPO, capture_output=True, text=True, env=self.env,
                                 timeout=60)
         assert result.returncode == 0, result.stderr
         return result.stdout.strip().split(";")[0]
 
+    def steps(self, job_id: str, timeout_s: float = 30) -> list[dict]:
+        """sacct's steps of a finished job (slurmdbd records them a moment
+        after the job ends)."""
+        fields = ["JobID", "JobName", "NTasks", "NodeList", "State"]
+        deadline = time.monotonic() + timeout_s
+        while True:
+            out = self.run("sacct", "-j", job_id, "-n", "-P", "-o", ",".join(fields)).stdout
+            rows = [dict(zip(fields, line.split("|"), strict=True))
+                    for line in out.splitlines() if line]
+            if rows and all(row["State"] in ENDED for row in rows):
+                return rows
+            assert time.monotonic() < deadline, f"sacct -j {job_id}: {out}"
+            time.sleep(1)
+
 
 @pytest.fixture(scope="module")
 def local_slurm(emulated):
-    """scripts/slurm/local_cluster.sh up over the emulated hosts a and b for
-    this module; down at its end, also when tests fail."""
+    """scripts/slurm/local_cluster.sh up over the emulated hosts a and b, with
+    their decoy interfaces, for this module; down at its end, also when
+    tests fail."""
     reason = slurm_skip_reason()
     if reason:
         pytest.skip(reason)
-    emulated.ensure()
+    emulated.ensure("--decoys")
     try:
         up = subprocess.run([str(LOCAL_CLUSTER), "up"], capture_output=True, text=True,
                             timeout=180)
@@ -340,16 +465,20 @@ def trainer(mnist_dir: Path, log_dir: Path, epochs: int) -> list[str]:
             "--no-progress", "--log-dir", str(log_dir)]
 
 
-def trainer_processes(host: str) -> list[int]:
-    """Trainer processes left in an emulated host (ranks started over ssh
-    are outside Slurm's process tracking)."""
+OVER_SSH = {"HVT_LAUNCHER": "horovodrun", "HOROVOD_SSH_PORT": "12345"}
+
+
+def trainer_processes(host: str) -> dict[int, str]:
+    """The trainer's processes in an emulated host, and the name of each
+    one's parent: slurmstepd for a Slurm task, else what started it."""
     pids = subprocess.run(["ip", "netns", "pids", f"hvt-{host}"], capture_output=True,
                           text=True).stdout.split()
-    found = []
+    found = {}
     for pid in pids:
         try:
             if b"pytorch_mnist.py" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                found.append(int(pid))
+                parent = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]
+                found[int(pid)] = Path(f"/proc/{parent}/comm").read_text().strip()
         except OSError:
             pass
     return found
@@ -361,16 +490,16 @@ def measured(name: str, value) -> None:
 
 @pytest.mark.slow
 @pytest.mark.cluster
-def test_local_slurm_has_both_hosts_idle(local_slurm, cluster):
+def test_local_slurm_has_both_hosts_idle(local_slurm, decoy_cluster):
     nodes = local_slurm.run("sinfo", "-h", "-N", "-o", "%N %T %c").stdout.split("\n")
     assert sorted(line for line in nodes if line) == ["a idle 2", "b idle 2"]
 
 
 @pytest.mark.cluster
-def test_sshd_wait_returns_when_the_hosts_answer_and_fails_when_the_step_dies(cluster):
+def test_sshd_wait_returns_when_the_hosts_answer_and_fails_when_the_step_dies(decoy_cluster):
     """What a container job waits for before horovodrun: every other node's
     sshd (here the emulated hosts' own), unless the step starting them died."""
-    addresses = tuple(cluster["hosts"].values())
+    addresses = tuple(decoy_cluster["hosts"].values())
     alive = subprocess.Popen(["sleep", "30"])
     try:
         slurm.wait_for_sshd(addresses, 12345, alive, timeout_s=30)
@@ -384,126 +513,196 @@ def test_sshd_wait_returns_when_the_hosts_answer_and_fails_when_the_step_dies(cl
         slurm.wait_for_sshd(addresses, 1, dead, timeout_s=30)
 
 
-@pytest.mark.slow
-@pytest.mark.cluster
-def test_sbatch_trains_across_two_nodes(local_slurm, cluster, mnist_dir, tmp_path):
-    """sbatch -N 2 --ntasks-per-node=2 scripts/slurm/horovod.sbatch: horovodrun
-    -np 4 -H a:2,b:2 from node a, 4 ranks, the real digits learnt."""
-    started = time.monotonic()
-    job_id = local_slurm.sbatch(tmp_path, trainer(mnist_dir, tmp_path / "run", 3))
-    final = local_slurm.wait(job_id, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"})
-    log = (tmp_path / f"horovod-{job_id}.out").read_text()
-    assert final["JobState"] == "COMPLETED" and final["ExitCode"] == "0:0", log[-3000:]
-    assert f"slurm: job {job_id}: 4 ranks on a:2,b:2 (runtime venv)" in log
-    assert "horovodrun -np 4 -H a:2,b:2 -p 12345 --gloo" in log
-    assert final["BatchHost"] == "a" and final["NodeList"] == "a,b"
-    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["size"] == 4 and summary["hosts"] == {"a": 2, "b": 2}
-    assert summary["weights_identical"] is True
-    assert summary["test_accuracy"] >= 0.95, summary["test_accuracy"]
-    measured("sbatch 2x2, 3 epochs: Slurm RunTime", final["RunTime"])
-    measured("sbatch 2x2, 3 epochs: submit to COMPLETED (s)", round(time.monotonic() - started))
-    measured("sbatch 2x2, 3 epochs: trainer wall time (s)", round(summary["wall_time_s"], 1))
-    measured("sbatch 2x2, 3 epochs: test accuracy", summary["test_accuracy"])
-
-
-@pytest.mark.slow
-@pytest.mark.cluster
-def test_cancelled_job_resubmitted_with_resume_continues_from_its_checkpoint(
-        local_slurm, cluster, mnist_dir, tmp_path):
-    run = tmp_path / "run"
+def run_until_cancelled(local_slurm: LocalSlurm, log_dir: Path, run: Path, mnist_dir: Path,
+                        **variables: str) -> dict:
+    """A 3-epoch job, cancelled 2 s into epoch 2: how its ranks on b were
+    started (their parents), the epochs its checkpoint kept, and how long
+    after `scancel` its last rank on b and on a ended."""
     checkpoint = run / "checkpoints" / "checkpoint.pt"
-    first = local_slurm.sbatch(tmp_path, trainer(mnist_dir, run, 3))
+    job_id = local_slurm.sbatch(log_dir, trainer(mnist_dir, run, 3), **variables)
     deadline = time.monotonic() + JOB_TIMEOUT_S
     while not checkpoint.exists():
-        assert local_slurm.job(first)["JobState"] in ("PENDING", "RUNNING"), \
-            (tmp_path / f"horovod-{first}.out").read_text()[-3000:]
+        assert local_slurm.job(job_id)["JobState"] in ("PENDING", "RUNNING"), \
+            (log_dir / f"horovod-{job_id}.out").read_text()[-3000:]
         assert time.monotonic() < deadline, "no checkpoint in time"
-        time.sleep(0.5)
-    time.sleep(3)  # into the next epoch: the work a cancel loses
+        time.sleep(0.2)
+    time.sleep(2)  # into the next epoch: the work a cancel loses
+    parents = set(trainer_processes("b").values())
     epochs_done = len((run / "metrics.jsonl").read_text().splitlines())
-    assert local_slurm.run("scancel", first).returncode == 0
-    cancelled_at = time.time()
-    lost_s = cancelled_at - checkpoint.stat().st_mtime
-    assert local_slurm.wait(first, {"CANCELLED"}, 60)["JobState"] == "CANCELLED"
-    # The ranks on b were started by ssh, outside Slurm's tracking: they end
-    # when horovodrun (killed by Slurm on a) takes their connections down.
-    deadline = time.monotonic() + 60
-    while trainer_processes("a") + trainer_processes("b"):
-        assert time.monotonic() < deadline, "trainer processes left after scancel"
-        time.sleep(0.5)
-    ranks_gone_s = time.time() - cancelled_at
+    assert local_slurm.run("scancel", job_id).returncode == 0
+    cancelled_at = time.monotonic()
+    gone = {}
+    while len(gone) < 2:
+        for name in ("a", "b"):
+            if name not in gone and not trainer_processes(name):
+                gone[name] = round(time.monotonic() - cancelled_at, 1)
+        assert time.monotonic() - cancelled_at < 90, f"ranks left after scancel {job_id}"
+        time.sleep(0.1)
+    assert local_slurm.wait(job_id, {"CANCELLED"}, 60)["JobState"] == "CANCELLED"
+    return {"job": job_id, "parents": parents, "epochs_done": epochs_done,
+            "b_gone_s": gone["b"], "all_gone_s": max(gone.values())}
 
-    second = local_slurm.sbatch(tmp_path, trainer(mnist_dir, run, 3), RESUME="1")
-    final = local_slurm.wait(second, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"})
-    log = (tmp_path / f"horovod-{second}.out").read_text()
-    assert final["JobState"] == "COMPLETED", log[-3000:]
-    resumed = re.search(r"resuming after epoch (\d+)", log)
-    assert resumed and int(resumed[1]) == epochs_done >= 1, log[-3000:]
+
+def resume_to_the_end(local_slurm: LocalSlurm, log_dir: Path, run: Path, mnist_dir: Path,
+                      epochs_done: int, **variables: str) -> tuple[str, str, dict]:
+    """The same job resubmitted with RESUME=1: it goes on after the epochs
+    kept, logs every epoch once and ends COMPLETED."""
+    job_id = local_slurm.sbatch(log_dir, trainer(mnist_dir, run, 3), RESUME="1", **variables)
+    final = local_slurm.wait(job_id, ENDED)
+    log = (log_dir / f"horovod-{job_id}.out").read_text()
+    assert final["JobState"] == "COMPLETED" and final["ExitCode"] == "0:0", log[-3000:]
+    assert f"resuming after epoch {epochs_done}" in log, log[-3000:]
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["resumed_after_epoch"] == epochs_done
+    assert summary["resumed_after_epoch"] == epochs_done >= 1
     assert summary["size"] == 4 and summary["hosts"] == {"a": 2, "b": 2}
-    assert summary["test_accuracy"] >= 0.95, summary["test_accuracy"]
-    # Every epoch once: the cancelled epoch was redone, not logged twice.
+    assert summary["weights_identical"] is True
     metrics = (run / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["epoch"] for line in metrics] == [1, 2, 3]
-    measured("scancel: epochs kept by the checkpoint", epochs_done)
-    measured("scancel: training lost (s since the checkpoint)", round(lost_s, 1))
-    measured("scancel: all ranks gone after (s)", round(ranks_gone_s, 1))
-    measured("resubmitted job RunTime", final["RunTime"])
-
-
-def submit(local_slurm: LocalSlurm, *args: str, timeout: int = JOB_TIMEOUT_S):
-    return subprocess.run([str(BIN / "python"), str(SUBMIT), *args], cwd=REPO,
-                          capture_output=True, text=True, env=local_slurm.env, timeout=timeout)
+    return job_id, log, summary
 
 
 @pytest.mark.slow
 @pytest.mark.cluster
-def test_submitit_job_trains_across_two_nodes(local_slurm, cluster, mnist_dir, tmp_path):
-    result = submit(local_slurm, "--nodes", "2", "--tasks-per-node", "2", "--time", "10",
-                    "--folder", str(tmp_path / "submitit"), "--ssh-port", "12345", "--",
-                    *trainer(mnist_dir, tmp_path / "run", 2))
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    submitted = re.search(r"submit: job (\d+) submitted \(2 nodes x 2 tasks\); log: (\S+)",
-                          result.stdout)
-    assert submitted, result.stdout
-    job_id, log = submitted[1], Path(submitted[2])
-    assert f"submit: job {job_id} COMPLETED after" in result.stdout
-    assert "'exit_code': 0" in result.stdout
-    assert "horovodrun -np 4 -H a:2,b:2 -p 12345 --gloo" in log.read_text()
-    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["size"] == 4 and summary["hosts"] == {"a": 2, "b": 2}
-    assert summary["test_accuracy"] >= 0.95, summary["test_accuracy"]
-    assert local_slurm.job(job_id)["JobState"] == "COMPLETED"
+def test_srun_ranks_are_slurm_tasks_that_scancel_ends_at_once_and_train_as_well_as_over_ssh(
+        local_slurm, decoy_cluster, mnist_dir, tmp_path):
+    """Both launchers side by side, on hosts whose decoy interfaces mislead
+    plain Open MPI: a job cancelled in epoch 2, then resumed to the end."""
+    runs = {}
+    for launcher, variables in (("srun", {}), ("horovodrun", OVER_SSH)):
+        run = tmp_path / launcher
+        cancelled = run_until_cancelled(local_slurm, tmp_path, run, mnist_dir, **variables)
+        job_id, log, summary = resume_to_the_end(local_slurm, tmp_path, run, mnist_dir,
+                                                 cancelled["epochs_done"], **variables)
+        runs[launcher] = {**cancelled, "resumed_job": job_id, "log": log, "summary": summary}
+        measured(f"{launcher}: after scancel, the last rank on b gone (s)", cancelled["b_gone_s"])
+        measured(f"{launcher}: after scancel, every rank gone (s)", cancelled["all_gone_s"])
+        measured(f"{launcher}: test accuracy", summary["test_accuracy"])
+        measured(f"{launcher}: trainer wall time (s)", round(summary["wall_time_s"], 1))
+
+    srun, ssh = runs["srun"], runs["horovodrun"]
+    # Slurm started the ranks on b itself (slurmstepd), horovodrun over ssh did not.
+    assert srun["parents"] == {"slurmstepd"}, srun["parents"]
+    assert "slurmstepd" not in ssh["parents"] and ssh["parents"], ssh["parents"]
+    assert srun["b_gone_s"] <= 5, srun
+    # The srun job's first lines: the ranks as tasks, and the one interface
+    # that joins the hosts, each decoy named with its reason.
+    lines = srun["log"].splitlines()
+    job = srun["resumed_job"]
+    assert lines[0] == (f"slurm: job {job}: 4 ranks on a:2,b:2, each a Slurm task (srun "
+                        "--mpi=pmix), runtime venv; network eth0 (chosen)"), lines[:3]
+    assert lines[1].startswith("slurm: network: not lo: loopback; not docker0: the same address "
+                               "172.17.0.1 on a and b"), lines[1]
+    assert ("not mgmt0: on different subnets: a 192.168.201.11/24, b 192.168.202.12/24; "
+            "not eth1: a cannot reach b: ") in lines[1]
+    assert srun["summary"]["controller"] == "mpi"
+    assert srun["summary"]["network_interface"] == "eth0"
+    assert ssh["summary"]["controller"] == "gloo"
+    assert ssh["summary"]["network_interface"] == "eth0"
+    # The same training whichever starts the ranks (Gloo's and MPI's sums
+    # may round apart in the last bits).
+    assert srun["summary"]["test_accuracy"] >= 0.95
+    assert srun["summary"]["test_accuracy"] >= ssh["summary"]["test_accuracy"] - 0.005
+    # Slurm's accounting lists the ranks as the job's tasks.
+    steps = {row["JobName"]: row for row in local_slurm.steps(job) if "." in row["JobID"]}
+    assert steps["python"]["NTasks"] == "4" and steps["python"]["NodeList"] == "a,b"
+    assert steps["python"]["State"] == "COMPLETED", steps
+
+
+@pytest.fixture
+def without_pmix(local_slurm):
+    """The local cluster without Slurm's PMIx plugins, as on a site built
+    without them: their links taken out of its plugin directory for one
+    test (the job's srun reads the cluster's slurm.conf, whatever
+    SLURM_CONF the submission had)."""
+    plugins = SLURM_STATE / "plugins"
+    taken = {link: link.readlink() for link in plugins.glob("mpi_pmix*.so")}
+    assert taken, f"no PMIx plugin in {plugins}"
+    for link in taken:
+        link.unlink()
+    try:
+        yield
+    finally:
+        for link, target in taken.items():
+            link.symlink_to(target)
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("case", ["ranks", "pmix", "option", "elastic", "interface", "layer"])
+def test_a_job_with_bad_input_ends_in_one_line_before_any_rank_starts(
+        local_slurm, decoy_cluster, small_mnist_dir, tmp_path, request, case):
+    if case == "pmix":
+        request.getfixturevalue("without_pmix")
+    args = trainer(small_mnist_dir, tmp_path / "run", 1)
+    variables, expected = {
+        "ranks": ({"HVT_NUM_PROC": "5"}, "HVT_NUM_PROC=5 is more than the 4 tasks of job {job} "
+                                         "(a:2,b:2): lower it, or submit with more tasks"),
+        "pmix": ({}, "srun offers no PMIx plugin (srun --mpi=list: none, cray_shasta, pmi2): the "
+                 "ranks' Open MPI starts through PMIx; ask the site for Slurm's mpi/pmix, or "
+                 "set HVT_LAUNCHER=horovodrun"),
+        "option": ({}, "pytorch_mnist.py: error: argument --epochs: 'x' is not an integer"),
+        "elastic": ({}, "--elastic needs HVT_LAUNCHER=horovodrun: Horovod's elastic driver "
+                        "starts and replaces the ranks itself"),
+        "interface": ({"HVT_NETWORK_INTERFACE": "docker0"},
+                      "network interface docker0 cannot carry the job: the same address "
+                      "172.17.0.1 on a and b (a network local to each host, such as Docker's "
+                      "bridge)"),
+        "layer": ({"NCCL_SOCKET_IFNAME": "mgmt"},
+                  "NCCL_SOCKET_IFNAME=mgmt: no interface it selects can carry the job: mgmt0: on "
+                  "different subnets: a 192.168.201.11/24, b 192.168.202.12/24"),
+    }[case]
+    extra = {"option": ["--epochs", "x"], "elastic": ["--elastic"]}.get(case, [])
+    job_id = local_slurm.sbatch(tmp_path, [*args, *extra], **variables)
+    final = local_slurm.wait(job_id, ENDED, timeout_s=120)
+    log = (tmp_path / f"horovod-{job_id}.out").read_text()
+    assert final["JobState"] == "FAILED" and final["ExitCode"] == "2:0", log
+    assert log.strip().splitlines() == ["slurm: error: " + expected.format(job=job_id)]
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.slow
 @pytest.mark.cluster
-def test_submitit_job_signalled_before_its_time_limit_requeues_and_resumes(
-        local_slurm, cluster, mnist_dir, tmp_path):
-    """The pre-timeout signal (sent here at once, with scancel): Submitit calls
-    HorovodJob.checkpoint(), which adds --resume, and requeues the job."""
+def test_submitit_job_trains_and_resumes_after_its_pre_timeout_signal(
+        local_slurm, decoy_cluster, mnist_dir, tmp_path):
+    """submit.py's job across both nodes, submit.py waiting for it; its
+    pre-timeout signal (sent here after epoch 1, with scancel): Submitit
+    calls HorovodJob.checkpoint(), which adds --resume, and requeues the
+    job (scontrol requeue, as a preemption does), whose ranks, Slurm tasks
+    again, resume and end COMPLETED."""
     run = tmp_path / "run"
-    result = submit(local_slurm, "--no-wait", "--time", "10", "--folder",
-                    str(tmp_path / "submitit"), "--ssh-port", "12345", "--",
-                    *trainer(mnist_dir, run, 3), timeout=60)
-    assert result.returncode == 0, result.stderr
-    job_id, log = re.search(r"job (\d+) submitted .*; log: (\S+)", result.stdout).groups()
-    deadline = time.monotonic() + JOB_TIMEOUT_S
-    while not (run / "checkpoints" / "checkpoint.pt").exists():
-        assert time.monotonic() < deadline, "no checkpoint in time"
-        time.sleep(0.5)
-    signalled_at = time.monotonic()
-    assert local_slurm.run("scancel", "--batch", "--signal=USR2", job_id).returncode == 0
-    final = local_slurm.wait(job_id, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"})
-    text = Path(log).read_text()
+    submitting = subprocess.Popen(
+        [str(BIN / "python"), str(SUBMIT), "--nodes", "2", "--tasks-per-node", "2",
+         "--time", "10", "--folder", str(tmp_path / "submitit"), "--",
+         *trainer(mnist_dir, run, 3)],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=local_slurm.env)
+    try:
+        first = submitting.stdout.readline()
+        submitted = re.search(r"submit: job (\d+) submitted \(2 nodes x 2 tasks\); "
+                              r"log: (\S+)", first)
+        assert submitted, first + submitting.stderr.read()
+        job_id, log = submitted[1], Path(submitted[2])
+        deadline = time.monotonic() + JOB_TIMEOUT_S
+        while not (run / "checkpoints" / "checkpoint.pt").exists():
+            assert time.monotonic() < deadline, "no checkpoint in time"
+            time.sleep(0.2)
+        signalled_at = time.monotonic()
+        assert local_slurm.run("scancel", "--batch", "--signal=USR2", job_id).returncode == 0
+        rest, errors = submitting.communicate(timeout=JOB_TIMEOUT_S)
+    finally:
+        submitting.kill()
+    assert submitting.returncode == 0, rest + errors
+    assert f"submit: job {job_id} COMPLETED after" in rest and "'exit_code': 0" in rest, rest
+    final = local_slurm.job(job_id)
+    text = log.read_text()
     assert final["JobState"] == "COMPLETED" and final["Restarts"] == "1", text[-3000:]
     # Submitit caught the signal, called HorovodJob.checkpoint() and requeued the job.
     assert "Caught signal SIGUSR2" in text and "Calling checkpoint method" in text, text[:3000]
     assert f"Requeued job {job_id}" in text
+    assert f"slurm: job {job_id}: 4 ranks on a:2,b:2, each a Slurm task" in text
+    assert ", restart 1; network eth0 (chosen)" in text
     resumed = re.search(r"resuming after epoch (\d+)", text)
     assert resumed and int(resumed[1]) >= 1, text[-3000:]
     summary = json.loads((run / "summary.json").read_text())
     assert summary["test_accuracy"] >= 0.95 and summary["hosts"] == {"a": 2, "b": 2}
+    assert summary["weights_identical"] is True
     measured("submitit requeue: signal to COMPLETED (s)", round(time.monotonic() - signalled_at))

@@ -1,30 +1,43 @@
-"""Horovod on a Slurm allocation: the job's nodes and tasks per node become
-horovodrun's host list and -np, and the job runs the trainer across them,
-either on the nodes with the checkout's venv or inside the image through the
-site's container runtime. scripts/slurm/horovod.sbatch runs it in the batch
-step (on the allocation's first node), and so do the jobs of
-scripts/slurm/submit.py: one recipe for both.
+"""Horovod on a Slurm allocation. scripts/slurm/horovod.sbatch runs this in
+the batch step, and so do the jobs of scripts/slurm/submit.py: one recipe for
+both.
 
     python horovod_train/launch/slurm.py run [-- TRAINER OPTIONS...]
 
-A Slurm job of 2 nodes with 2 tasks each (SLURM_JOB_NODELIST=a,b,
-SLURM_TASKS_PER_NODE=2(x2)) runs
+By default every rank is a task of the job, started by srun, and Horovod
+starts over MPI through Slurm's PMIx: Slurm tracks, binds, accounts for and
+ends the ranks itself, and no node needs ssh to another. A job of 2 nodes
+with 2 tasks each (SLURM_JOB_NODELIST=a,b, SLURM_TASKS_PER_NODE=2(x2)) runs,
+in turn:
 
-    horovodrun -np 4 -H a:2,b:2 [-p PORT] --gloo python TRAINER OPTIONS...
+    srun --ntasks 1 ... python TRAINER OPTIONS... --check-options
+                                       the trainer's options, checked once
+    srun --ntasks-per-node 1 ... python network.py probe
+                                       the interface every node reaches every
+                                       other on (launch/network.py)
+    srun --mpi=pmix --ntasks=4 ... python TRAINER OPTIONS...
+                                       the ranks, with that interface handed
+                                       to Open MPI, NCCL and Gloo
+
+HVT_LAUNCHER=horovodrun runs `horovodrun -np 4 -H a:2,b:2 --gloo` from the
+first node instead, its ranks on the other nodes started over ssh: for
+elastic runs (--elastic), which Horovod's own driver starts and restarts.
 
 Settings, from the environment (`sbatch --export`, or exported before sbatch):
 
+    HVT_LAUNCHER      srun (default): the ranks are Slurm tasks;
+                      horovodrun: horovodrun over ssh from the first node
+    HVT_NETWORK_INTERFACE
+                      the interface(s) the ranks use (eth0, or ib0,eth0),
+                      checked on every node first; default: chosen by the
+                      probe (srun), or by horovodrun's own probe
+    HVT_NUM_PROC      ranks to start (default: every task of the job)
     HOROVOD_RUNTIME   venv (default): the checkout's .venv on every node;
                       apptainer: `apptainer exec` of HOROVOD_IMAGE (a .sif file
                       or docker://...); pyxis: `srun --container-image` of
                       HOROVOD_IMAGE (an enroot URI or a .sqsh file)
     HOROVOD_IMAGE     the image, for apptainer and pyxis
-    HOROVOD_KEYS      apptainer and pyxis: the cluster's key directory
-                      (scripts/cluster_keys.sh), mounted read-only at
-                      /etc/horovod/keys, where the image's sshd takes its keys
     HOROVOD_MOUNTS    apptainer and pyxis: more binds, SRC:DST[:ro],... (data, outputs)
-    HOROVOD_SSH_PORT  the port horovodrun's ssh uses (the image's sshd: 12345,
-                      the default with containers; venv: ssh_config's, unless set)
     HOROVOD_TRAINER   the entry script (default horovod_train/pytorch_mnist.py)
     HOROVOD_TRAIN_DIR the checkout (default: the job's working directory); venv:
                       its .venv runs; apptainer and pyxis: mounted at /workspace,
@@ -33,17 +46,24 @@ Settings, from the environment (`sbatch --export`, or exported before sbatch):
                       job that Slurm requeued (SLURM_RESTART_COUNT > 0) resumes
                       without it.
     HOROVOD_DRY_RUN=1 print the commands instead of running them
+  HVT_LAUNCHER=horovodrun only:
+    HOROVOD_KEYS      apptainer and pyxis: the cluster's key directory
+                      (scripts/cluster_keys.sh), mounted read-only at
+                      /etc/horovod/keys, where the image's sshd takes its keys
+    HOROVOD_SSH_PORT  the port horovodrun's ssh uses (the image's sshd: 12345,
+                      the default with containers; venv: ssh_config's, unless set)
 
-With a container runtime every node runs the image's entrypoint, which
-starts its sshd on HOROVOD_SSH_PORT with the cluster's key: on the other
-nodes as a job step that lasts the job, on the first node around
-horovodrun, whose ssh then lands in the other nodes' containers.
+With horovodrun and a container runtime every node runs the image's
+entrypoint, which starts its sshd on HOROVOD_SSH_PORT with the cluster's
+key: on the other nodes as a job step that lasts the job, on the first node
+around horovodrun, whose ssh then lands in the other nodes' containers.
 
 Standard library only: sites that run the image may have no venv on the
 nodes, only a python3.
 """
 
 import argparse
+import json
 import os
 import re
 import shlex
@@ -59,8 +79,10 @@ if __package__ in (None, ""):
     sys.path[0] = str(Path(__file__).resolve().parents[2])
 
 from horovod_train.errors import ArgumentParser, RunFailed, UserError, run_main  # noqa: E402
+from horovod_train.launch import network  # noqa: E402
 from horovod_train.launch.hosts import Host, SshTarget, host_list, probe_ssh_port, total_slots  # noqa: E402
 
+LAUNCHERS = ("srun", "horovodrun")
 RUNTIMES = ("venv", "apptainer", "pyxis")
 DEFAULT_TRAINER = "horovod_train/pytorch_mnist.py"
 # The image's layout (docker/Dockerfile): its venv, trainers, entrypoint and sshd port.
@@ -71,10 +93,12 @@ IMAGE_ENTRYPOINT = "/usr/local/bin/entrypoint.sh"
 IMAGE_KEYS = "/etc/horovod/keys"
 IMAGE_SSH_PORT = 12345
 SSHD_WAIT_S = 600  # the other nodes' containers: pulling an image can take minutes
-STOP_GRACE_S = 20  # horovodrun's time to stop its ranks before it is killed
+STOP_GRACE_S = 20  # horovodrun's (or srun's) time to stop its ranks before it is killed
+CHECK_TIMEOUT_S = 600  # the trainer's option check: Pyxis may pull the image first
 
 TASKS_ITEM = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
 MOUNT_ITEM = re.compile(r"^([^:,]+):(/[^:,]*)(:ro)?$")
+INTERFACE_NAME = re.compile(r"^[\w.:@-]{1,15}$")  # what Linux allows, less / and spaces
 
 
 # --- the allocation -------------------------------------------------------------
@@ -115,6 +139,7 @@ class Allocation:
     job_id: str
     hosts: tuple[Host, ...]  # each node with its tasks as slots, in Slurm's order
     restarts: int  # times Slurm requeued and restarted this job
+    cpus_per_task: int | None = None  # sbatch --cpus-per-task, which srun does not inherit
 
     @property
     def num_proc(self) -> int:
@@ -151,14 +176,17 @@ def allocation_from_env(env: dict, hostnames=node_hostnames) -> Allocation:
         raise UserError(f"{origin} counts {len(tasks)} nodes, but "
                         f"SLURM_JOB_NODELIST={nodelist} has {len(names)}")
     restarts = env.get("SLURM_RESTART_COUNT", "0")
+    cpus = env.get("SLURM_CPUS_PER_TASK", "")
     nodes = tuple(Host(name, count) for name, count in zip(names, tasks, strict=True))
-    return Allocation(job_id, nodes, int(restarts) if restarts.isdigit() else 0)
+    return Allocation(job_id, nodes, int(restarts) if restarts.isdigit() else 0,
+                      int(cpus) if cpus.isdigit() else None)
 
 
 # --- the settings ---------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Settings:
+    launcher: str  # srun: the ranks are Slurm tasks; horovodrun: over ssh from node 1
     runtime: str
     image: str | None
     keys: str | None
@@ -167,6 +195,8 @@ class Settings:
     trainer: str
     resume: bool
     checkout: Path
+    interfaces: tuple[str, ...] = ()  # the user's, checked on every node; none: chosen
+    num_proc: int | None = None  # None: every task of the job
 
 
 def parse_flag(name: str, text: str | None) -> bool:
@@ -178,18 +208,28 @@ def parse_flag(name: str, text: str | None) -> bool:
     raise UserError(f"{name}={text}: want 1 or 0")
 
 
-def make_settings(runtime: str = "venv", image: str | None = None, keys: str | None = None,
-                  mounts: str | None = None, ssh_port: str | int | None = None,
-                  trainer: str | None = None, resume: bool = False,
-                  checkout: str | Path | None = None) -> Settings:
+def make_settings(launcher: str = "srun", runtime: str = "venv", image: str | None = None,
+                  keys: str | None = None, mounts: str | None = None,
+                  ssh_port: str | int | None = None, trainer: str | None = None,
+                  resume: bool = False, checkout: str | Path | None = None,
+                  interfaces: str | None = None, num_proc: str | int | None = None) -> Settings:
     """Checked settings; every problem is one UserError naming the variable."""
+    if launcher not in LAUNCHERS:
+        raise UserError(f"HVT_LAUNCHER={launcher}: unknown launcher; use one of "
+                        f"{', '.join(LAUNCHERS)}")
     if runtime not in RUNTIMES:
         raise UserError(f"HOROVOD_RUNTIME={runtime}: unknown runtime; use one of "
                         f"{', '.join(RUNTIMES)}")
     container = runtime != "venv"
+    over_ssh = launcher == "horovodrun"
     if container and not image:
         raise UserError(f"HOROVOD_RUNTIME={runtime} needs HOROVOD_IMAGE, the image to run")
-    if container and not keys:
+    ssh_only = [name for name, value in (("HOROVOD_KEYS", keys), ("HOROVOD_SSH_PORT", ssh_port))
+                if value not in (None, "")]
+    if ssh_only and not over_ssh:
+        raise UserError(f"{' and '.join(ssh_only)} {'is' if len(ssh_only) == 1 else 'are'} for "
+                        "HVT_LAUNCHER=horovodrun: srun starts the ranks without ssh")
+    if over_ssh and container and not keys:
         raise UserError(f"HOROVOD_RUNTIME={runtime} needs HOROVOD_KEYS, the cluster's key "
                         "directory (scripts/cluster_keys.sh): the image's sshd takes its keys "
                         f"from it at {IMAGE_KEYS}")
@@ -208,35 +248,53 @@ def make_settings(runtime: str = "venv", image: str | None = None, keys: str | N
         if not str(ssh_port).isdigit() or not 1 <= int(ssh_port) <= 65535:
             raise UserError(f"HOROVOD_SSH_PORT={ssh_port}: want a port number")
         port = int(ssh_port)
-    elif container:
+    elif container and over_ssh:
         port = IMAGE_SSH_PORT
+    names = tuple(name.strip() for name in (interfaces or "").split(",") if name.strip())
+    for name in names:
+        if not INTERFACE_NAME.match(name):
+            raise UserError(f"HVT_NETWORK_INTERFACE={interfaces}: {name!r} is not an "
+                            "interface name (want e.g. eth0, or ib0,eth0)")
+    ranks = None
+    if num_proc not in (None, ""):
+        if not str(num_proc).isdigit() or int(num_proc) < 1:
+            raise UserError(f"HVT_NUM_PROC={num_proc}: want a number of ranks, at least 1")
+        ranks = int(num_proc)
     checkout = Path(checkout or os.getcwd()).resolve()
     horovodrun = checkout / ".venv" / "bin" / "horovodrun"
     if not container and not horovodrun.exists():
         raise UserError(f"no {horovodrun}: run scripts/setup.sh in the checkout, and submit "
                         "from it (or set HOROVOD_TRAIN_DIR)")
-    return Settings(runtime, image or None, str(Path(keys).resolve()) if keys else None,
-                    mount_list, port, trainer or DEFAULT_TRAINER, resume, checkout)
+    return Settings(launcher, runtime, image or None,
+                    str(Path(keys).resolve()) if keys else None, mount_list, port,
+                    trainer or DEFAULT_TRAINER, resume, checkout, names, ranks)
 
 
 def settings_from_env(env: dict) -> Settings:
-    return make_settings(runtime=env.get("HOROVOD_RUNTIME") or "venv",
+    return make_settings(launcher=env.get("HVT_LAUNCHER") or "srun",
+                         runtime=env.get("HOROVOD_RUNTIME") or "venv",
                          image=env.get("HOROVOD_IMAGE"), keys=env.get("HOROVOD_KEYS"),
                          mounts=env.get("HOROVOD_MOUNTS"), ssh_port=env.get("HOROVOD_SSH_PORT"),
                          trainer=env.get("HOROVOD_TRAINER"),
                          resume=parse_flag("RESUME", env.get("RESUME")),
-                         checkout=env.get("HOROVOD_TRAIN_DIR"))
+                         checkout=env.get("HOROVOD_TRAIN_DIR"),
+                         interfaces=env.get("HVT_NETWORK_INTERFACE"),
+                         num_proc=env.get("HVT_NUM_PROC"))
 
 
 # --- the commands ---------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Plan:
-    """What the job runs: `main` on the first node (in the batch step); with
-    a container runtime and more than one node, first `sshd` on the others,
-    for as long as `main` runs."""
+    """What the job runs, in order: `check`, the trainer's options, in one
+    task; `probe`, the network, in a task per node (srun, or a named
+    interface); then `main`, the ranks. With horovodrun, a container runtime
+    and more than one node, `sshd` on the other nodes first, for as long as
+    `main` runs."""
     main: list[str]
+    check: list[str]
     cwd: str | None = None
+    probe: list[str] | None = None
     sshd: list[str] | None = None
     ssh_hosts: tuple[str, ...] = ()
     ssh_port: int | None = None
@@ -250,53 +308,192 @@ def trainer_arguments(trainer_args: list[str], settings: Settings,
     return [*trainer_args, *(["--resume"] if resume and "--resume" not in trainer_args else [])]
 
 
-def horovodrun_options(allocation: Allocation, ssh_port: int | None) -> list[str]:
-    port = ["-p", str(ssh_port)] if ssh_port else []
-    return ["-np", str(allocation.num_proc), "-H", allocation.host_list, *port, "--gloo"]
+def rank_count(allocation: Allocation, settings: Settings) -> int:
+    if settings.num_proc and settings.num_proc > allocation.num_proc:
+        raise UserError(f"HVT_NUM_PROC={settings.num_proc} is more than the "
+                        f"{allocation.num_proc} tasks of job {allocation.job_id} "
+                        f"({allocation.host_list}): lower it, or submit with more tasks")
+    return settings.num_proc or allocation.num_proc
+
+
+def horovodrun_options(allocation: Allocation, settings: Settings) -> list[str]:
+    port = ["-p", str(settings.ssh_port)] if settings.ssh_port else []
+    # A named interface is checked by the probe first: horovodrun trusts it.
+    nics = ["--network-interfaces", ",".join(settings.interfaces)] if settings.interfaces else []
+    return ["-np", str(rank_count(allocation, settings)), "-H", allocation.host_list, *port,
+            *nics, "--gloo"]
+
+
+def apptainer_exec(settings: Settings, mounts: list[str], environment: dict | None = None,
+                   sshd: bool = False) -> list[str]:
+    # --nv: the node's NVIDIA driver and GPUs in the container. With sshd,
+    # --fakeroot --writable-tmpfs: the entrypoint writes root's ssh files and
+    # a host key, and sshd runs as root, inside the container only.
+    return ["apptainer", "exec", "--nv", *(["--fakeroot", "--writable-tmpfs"] if sshd else []),
+            "--pwd", IMAGE_WORKDIR, *[flag for mount in mounts for flag in ("--bind", mount)],
+            *[flag for name, value in (environment or {}).items()
+              for flag in ("--env", f"{name}={value}")],
+            settings.image]
+
+
+def pyxis_options(settings: Settings, mounts: list[str], environment: dict | None = None,
+                  sshd: bool = False) -> list[str]:
+    # srun's --container-* options; entrypoints are not run unless asked.
+    return [f"--container-image={settings.image}", f"--container-mounts={','.join(mounts)}",
+            f"--container-workdir={IMAGE_WORKDIR}",
+            *(["--container-remap-root", "--container-writable"] if sshd else []),
+            *(["--export=ALL," + ",".join(f"{k}={v}" for k, v in environment.items())]
+              if environment else [])]
+
+
+def srun_in_runtime(settings: Settings, srun_options: list[str], argv: list[str]) -> list[str]:
+    """srun SRUN_OPTIONS, its tasks running argv in the job's runtime: the
+    checkout's venv, or the image with the checkout at /workspace."""
+    mounts = [f"{settings.checkout}:{IMAGE_WORKDIR}", *settings.mounts]
+    if settings.runtime == "apptainer":
+        return ["srun", *srun_options, *apptainer_exec(settings, mounts), *argv]
+    if settings.runtime == "pyxis":
+        return ["srun", *srun_options, *pyxis_options(settings, mounts), *argv]
+    return ["srun", *srun_options, *argv]
 
 
 def make_plan(allocation: Allocation, settings: Settings, trainer_args: list[str]) -> Plan:
     args = trainer_arguments(trainer_args, settings, allocation)
-    options = horovodrun_options(allocation, settings.ssh_port)
-    if settings.runtime == "venv":
+    container = settings.runtime != "venv"
+    python = IMAGE_PYTHON if container else str(settings.checkout / ".venv" / "bin" / "python")
+    cwd = None if container else str(settings.checkout)
+    check = srun_in_runtime(settings, ["--nodes=1", "--ntasks=1", "--mpi=none"],
+                            [python, settings.trainer, *args, "--check-options"])
+    # Bare Python on every node: the batch step's (the venv's, at the same
+    # path on every node, or python3), the checkout's file.
+    probe = ["srun", f"--nodes={len(allocation.nodes)}", f"--ntasks={len(allocation.nodes)}",
+             "--ntasks-per-node=1", "--mpi=none", "--input=all",
+             sys.executable, str(network.SOURCE), "probe"]
+    if settings.launcher == "srun":
+        ranks = ["--mpi=pmix", "--kill-on-bad-exit=1",
+                 f"--ntasks={rank_count(allocation, settings)}",
+                 *([f"--cpus-per-task={allocation.cpus_per_task}"]
+                   if allocation.cpus_per_task else [])]
+        return Plan(srun_in_runtime(settings, ranks, [python, settings.trainer, *args]),
+                    check, cwd, probe)
+
+    probe = probe if settings.interfaces else None  # else horovodrun probes
+    options = horovodrun_options(allocation, settings)
+    if not container:
         venv = settings.checkout / ".venv" / "bin"
-        return Plan([str(venv / "horovodrun"), *options, str(venv / "python"),
-                     settings.trainer, *args], cwd=str(settings.checkout))
+        return Plan([str(venv / "horovodrun"), *options, python, settings.trainer, *args],
+                    check, cwd, probe)
 
     first, others = allocation.nodes[0], allocation.nodes[1:]
     environment = {"CLUSTER_HOSTS": " ".join(allocation.nodes),
                    "SSH_PORT": str(settings.ssh_port)}
     mounts = [f"{settings.keys}:{IMAGE_KEYS}:ro", f"{settings.checkout}:{IMAGE_WORKDIR}",
               *settings.mounts]
-    training = [IMAGE_ENTRYPOINT, IMAGE_HOROVODRUN, *options, IMAGE_PYTHON, settings.trainer, *args]
+    training = [IMAGE_ENTRYPOINT, IMAGE_HOROVODRUN, *options, python, settings.trainer, *args]
     keep_sshd = [IMAGE_ENTRYPOINT, "sleep", "infinity"]
     # One task on each other node, for the job's length; no --exact, so the
     # step keeps the job's CPUs there for the ranks its sshd starts.
     other_nodes = ["srun", f"--nodes={len(others)}", f"--ntasks={len(others)}",
                    "--ntasks-per-node=1", f"--nodelist={','.join(others)}"]
-
     if settings.runtime == "apptainer":
-        # --fakeroot --writable-tmpfs: the entrypoint writes root's ssh files and
-        # a host key, and sshd runs as root, inside the container only.
-        container = ["apptainer", "exec", "--fakeroot", "--writable-tmpfs",
-                     "--pwd", IMAGE_WORKDIR,
-                     *[flag for mount in mounts for flag in ("--bind", mount)],
-                     *[flag for name, value in environment.items()
-                       for flag in ("--env", f"{name}={value}")],
-                     settings.image]
-        main = [*container, *training]
-        sshd = [*other_nodes, *container, *keep_sshd]
-    else:  # pyxis: srun's --container-* options; entrypoints are not run unless asked
-        container = [f"--container-image={settings.image}",
-                     f"--container-mounts={','.join(mounts)}",
-                     f"--container-workdir={IMAGE_WORKDIR}",
-                     "--container-remap-root", "--container-writable",
-                     "--export=ALL," + ",".join(f"{k}={v}" for k, v in environment.items())]
-        main = ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={first}", *container, *training]
-        sshd = [*other_nodes, *container, *keep_sshd]
+        container_argv = apptainer_exec(settings, mounts, environment, sshd=True)
+        main = [*container_argv, *training]
+        sshd = [*other_nodes, *container_argv, *keep_sshd]
+    else:
+        options = pyxis_options(settings, mounts, environment, sshd=True)
+        main = ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={first}", *options, *training]
+        sshd = [*other_nodes, *options, *keep_sshd]
     if not others:
-        return Plan(main)
-    return Plan(main, sshd=sshd, ssh_hosts=tuple(others), ssh_port=settings.ssh_port)
+        return Plan(main, check, cwd, probe)
+    return Plan(main, check, cwd, probe, sshd, tuple(others), settings.ssh_port)
+
+
+# --- before the ranks start -----------------------------------------------------
+
+def mpi_plugins(listing: str) -> list[str]:
+    """The plugin names `srun --mpi=list` prints, one an indented line."""
+    return [line.strip() for line in listing.splitlines()
+            if line[:1] in ("\t", " ") and line.strip()]
+
+
+def check_pmix() -> None:
+    """srun can start the ranks' Open MPI: Slurm has its PMIx plugin. (Open
+    MPI 4.1 as Debian builds it has no PMI-1 or PMI-2 client, so pmi2 would
+    not do.)"""
+    try:
+        result = subprocess.run(["srun", "--mpi=list"], capture_output=True, text=True,
+                                timeout=60)
+    except FileNotFoundError:
+        raise UserError("srun not found: the job's nodes need Slurm's client commands") from None
+    plugins = mpi_plugins(result.stdout + result.stderr)
+    if "pmix" not in plugins:
+        raise UserError(f"srun offers no PMIx plugin (srun --mpi=list: "
+                        f"{', '.join(plugins) or 'nothing'}): the ranks' Open MPI starts "
+                        "through PMIx; ask the site for Slurm's mpi/pmix, or set "
+                        "HVT_LAUNCHER=horovodrun")
+
+
+def check_trainer_options(plan: Plan, settings: Settings) -> dict:
+    """The trainer's own verdict on its options, given once (the ranks would
+    each print it), and the clashes with the launcher; returns the run
+    configuration the trainer read."""
+    try:
+        result = subprocess.run(plan.check, cwd=plan.cwd, capture_output=True, text=True,
+                                timeout=CHECK_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise RunFailed(f"the trainer's option check did not end in {CHECK_TIMEOUT_S} s: "
+                        f"{shlex.join(plan.check)}") from None
+    said = [line for line in result.stderr.splitlines()
+            if line.strip() and not line.startswith("srun:")]
+    if result.returncode != 0:
+        raise UserError(said[-1] if said else f"the trainer's option check exited "
+                        f"{result.returncode}: {shlex.join(plan.check)}")
+    config = json.loads(result.stdout.strip().splitlines()[-1])
+    if settings.launcher == "srun" and config.get("elastic"):
+        raise UserError("--elastic needs HVT_LAUNCHER=horovodrun: Horovod's elastic driver "
+                        "starts and replaces the ranks itself")
+    if settings.launcher == "horovodrun" and config.get("use_adasum"):
+        raise UserError("--use-adasum needs MPI, and HVT_LAUNCHER=horovodrun runs Gloo: leave "
+                        "HVT_LAUNCHER unset, and srun starts the ranks over MPI")
+    return config
+
+
+def choose_network(plan: Plan, allocation: Allocation, settings: Settings,
+                   layers: dict[str, str]) -> network.Choice:
+    try:
+        return network.choose(plan.probe, allocation.nodes, list(settings.interfaces) or None,
+                              layers)
+    except network.NoSharedInterface as err:
+        raise UserError(f"{err} (HVT_NETWORK_INTERFACE names one)") from None
+    except ValueError as err:
+        raise UserError(str(err)) from None
+    except RuntimeError as err:
+        raise RunFailed(str(err)) from None
+
+
+# Each layer that carries the ranks' traffic, and its own variables.
+NETWORK_VARIABLES = {
+    "HOROVOD_GLOO_IFACE": (),  # Gloo (one interface)
+    "NCCL_SOCKET_IFNAME": (),  # NCCL's sockets (and its bootstrap)
+    "OMPI_MCA_btl_tcp_if_include": ("OMPI_MCA_btl_tcp_if_exclude",),  # Open MPI's transport
+    "OMPI_MCA_oob_tcp_if_include": ("OMPI_MCA_oob_tcp_if_exclude",),  # and its out-of-band
+}
+
+
+def layers_set(env: dict) -> dict[str, str]:
+    """The layers' own interface variables the user set (exclude lists aside)."""
+    return {name: env[name] for name in NETWORK_VARIABLES if name in env}
+
+
+def network_environment(interfaces: list[str], env: dict) -> dict[str, str]:
+    """The interfaces for every layer, but a layer whose own variable the
+    user set keeps it (an exclude list too: Open MPI refuses both)."""
+    values = {"HOROVOD_GLOO_IFACE": interfaces[0]}
+    chosen = {}
+    for name, others in NETWORK_VARIABLES.items():
+        if not any(var in env for var in (name, *others)):
+            chosen[name] = values.get(name, ",".join(interfaces))
+    return chosen
 
 
 # --- running --------------------------------------------------------------------
@@ -332,17 +529,17 @@ def stop(process: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
             process.wait()
 
 
-def run_plan(plan: Plan) -> int:
-    """Run the job's commands; their output goes to the job's log. Returns
+def run_plan(plan: Plan, env: dict | None = None) -> int:
+    """Run the ranks; their output goes to the job's log. Returns srun's or
     horovodrun's exit code. Whatever interrupts it (a signal turned into
-    SystemExit, submitit's requeue) stops horovodrun first, so that it stops
-    its ranks on every node."""
+    SystemExit, submitit's requeue) stops that launcher first, so that it
+    stops the ranks on every node."""
     sshd = None
     try:
         if plan.sshd:
             sshd = subprocess.Popen(plan.sshd)
             wait_for_sshd(plan.ssh_hosts, plan.ssh_port, sshd)
-        main = subprocess.Popen(plan.main, cwd=plan.cwd)
+        main = subprocess.Popen(plan.main, cwd=plan.cwd, env=env)
         try:
             return main.wait()
         finally:
@@ -352,29 +549,55 @@ def run_plan(plan: Plan) -> int:
             stop(sshd)
 
 
-def describe(allocation: Allocation, settings: Settings, plan: Plan) -> str:
-    lines = [f"slurm: job {allocation.job_id}: {allocation.num_proc} ranks on "
-             f"{allocation.host_list} (runtime {settings.runtime}"
-             + (f", restart {allocation.restarts}" if allocation.restarts else "") + ")"]
-    if plan.sshd:
-        lines.append(f"slurm: sshd step: {shlex.join(plan.sshd)}")
+def describe(allocation: Allocation, settings: Settings, plan: Plan,
+             choice: network.Choice | None, kept: dict[str, str] | None = None) -> str:
+    """The job's first lines: the ranks, how they start, the network (and
+    the layers' variables the user set, `kept`), the commands."""
+    how = ("each a Slurm task (srun --mpi=pmix)" if settings.launcher == "srun"
+           else "started by horovodrun over ssh")
+    if choice:
+        net = f"{','.join(choice.interfaces)} ({'as set' if choice.named else 'chosen'})"
+    elif plan.probe:
+        net = "chosen by the probe when the job runs"
+    else:
+        net = "horovodrun's probe"
+    lines = [f"slurm: job {allocation.job_id}: {rank_count(allocation, settings)} ranks on "
+             f"{allocation.host_list}, {how}, runtime {settings.runtime}"
+             + (f", restart {allocation.restarts}" if allocation.restarts else "")
+             + f"; network {net}"
+             + "".join(f", {name}={value} as set" for name, value in (kept or {}).items())]
+    if choice and choice.rejected:
+        lines.append("slurm: network: " + "; ".join(
+            f"not {name}: {why}" for name, why in choice.rejected.items()))
+    steps = [("check", plan.check), ("probe", plan.probe), ("sshd step", plan.sshd)]
+    lines += [f"slurm: {name}: {shlex.join(argv)}" for name, argv in steps if argv and not choice]
     lines.append(f"slurm: run{f' in {plan.cwd}' if plan.cwd else ''}: {shlex.join(plan.main)}")
     return "\n".join(lines)
 
 
 def run_job(trainer_args: list[str], env: dict | None = None, settings: Settings | None = None,
             dry_run: bool = False) -> int:
-    """The whole job from inside the allocation: read it, plan, print, run."""
-    env = os.environ if env is None else env
+    """The whole job from inside the allocation: read it, plan, check, choose
+    the network, print, run."""
+    env = dict(os.environ if env is None else env)
     allocation = allocation_from_env(env)
     settings = settings or settings_from_env(env)
     plan = make_plan(allocation, settings, trainer_args)
-    print(describe(allocation, settings, plan), flush=True)
     if dry_run:
+        print(describe(allocation, settings, plan, None), flush=True)
         return 0
+    if settings.launcher == "srun":
+        check_pmix()
+    check_trainer_options(plan, settings)
+    # horovodrun hands its own choice to every layer; srun's ranks keep the user's.
+    kept = layers_set(env) if settings.launcher == "srun" else {}
+    choice = choose_network(plan, allocation, settings, kept) if plan.probe else None
+    print(describe(allocation, settings, plan, choice, kept), flush=True)
+    if settings.launcher == "srun":
+        env.update(network_environment(choice.interfaces, env))
     started = time.monotonic()
-    code = run_plan(plan)
-    print(f"slurm: job {allocation.job_id}: horovodrun exited {code} after "
+    code = run_plan(plan, env)
+    print(f"slurm: job {allocation.job_id}: {settings.launcher} exited {code} after "
           f"{time.monotonic() - started:.1f} s", flush=True)
     return code
 

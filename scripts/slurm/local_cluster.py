@@ -1,10 +1,12 @@
 """A real Slurm on one machine, over the emulated hosts a and b of
 scripts/emulate_cluster.sh: the controller `ctl` on the hosts' bridge, one
-slurmd inside each host, munge for authentication. For trying
-scripts/slurm/horovod.sbatch and submit.py, and for tests/test_slurm.py.
+slurmd inside each host, munge for authentication, and accounting (slurmdbd
+over a MariaDB server of its own), so that sacct lists jobs and their steps.
+For trying scripts/slurm/horovod.sbatch and submit.py, and for
+tests/test_slurm.py.
 
 Run it through scripts/slurm/local_cluster.sh (needs root, Debian's
-slurm-wlm and munge, and the emulated hosts up):
+slurm-wlm, slurmdbd, mariadb-server and munge, and the emulated hosts up):
 
     up        write slurm.conf, start munged, slurmctld and the two slurmd,
               wait until both nodes are idle
@@ -13,20 +15,25 @@ slurm-wlm and munge, and the emulated hosts up):
     down      cancel every job, stop every daemon this started, remove the state
 
 Everything lives in one state directory (SLURM_STATE_DIR, default
-/run/horovod-train-slurm): slurm.conf, munge's key and socket, the daemons'
-logs, pid files and spool. Nothing is installed and no system file is
-changed: the Slurm commands find this cluster through SLURM_CONF.
+/run/horovod-train-slurm): slurm.conf and slurmdbd.conf, munge's key and
+socket, the database's files, the daemons' logs, pid files and spool.
+Nothing is installed and no system file is changed: the Slurm commands find
+this cluster through SLURM_CONF.
 
 How the daemons run (each detail was needed):
   - munged as the munge user, with a key generated here and its own socket
     (slurm.conf's AuthInfo points Slurm at it);
+  - MariaDB's server on this machine's loopback only, on a port of its own,
+    with its files in the state directory; slurmdbd beside slurmctld, the
+    cluster registered before slurmctld starts;
   - slurmctld in the root network namespace, where the bridge address is,
     under `unshare --uts --mount` with hostname ctl (it refuses to run on a
     host that is not the configured controller) and the hosts' /etc/hosts;
   - slurmd inside each host, entered as emulate_cluster.sh enters it:
     `nsenter --net` (not `ip netns exec`, which remounts /sys and breaks
     slurmd), its hostname, its /etc/hosts and its /etc/ssh (so jobs can ssh
-    between the hosts as horovodrun does).
+    between the hosts as horovodrun does), and a node-local TmpFS of its
+    own (Slurm's PMIx plugin keeps per-step directories there).
 """
 
 import argparse
@@ -53,18 +60,30 @@ CONTROLLER = "ctl"
 # Not Slurm's defaults (6817, 6818), so a site's own Slurm on this machine is left alone.
 SLURMCTLD_PORT = 16817
 SLURMD_PORT = 16818
+SLURMDBD_PORT = 16819
+DATABASE_PORT = 16830  # MariaDB, on 127.0.0.1 only
 CPUS_PER_NODE = 2
-PACKAGES = ("slurm-wlm", "munge")
-PROGRAMS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "sinfo")
+PACKAGES = ("slurm-wlm", "slurmdbd", "mariadb-server", "munge")
+PROGRAMS = ("munged", "slurmctld", "slurmd", "slurmdbd", "sbatch", "scontrol", "sinfo", "sacct",
+            "sacctmgr", "mariadbd", "mariadb-install-db", "mariadb-admin")
 
 
 def missing_programs() -> list[str]:
     return [p for p in PROGRAMS if shutil.which(p) is None and not Path(f"/usr/sbin/{p}").exists()]
 
 
+def installed_plugins() -> Path:
+    """Debian's Slurm plugin directory (its multiarch library path)."""
+    for found in sorted(Path("/usr/lib").glob("*/slurm-wlm/select_cons_tres.so")):
+        return found.parent
+    raise UserError("no Slurm plugins under /usr/lib/*/slurm-wlm: apt-get install "
+                    + " ".join(PACKAGES))
+
+
 def slurm_conf(state: Path, layout: dict) -> str:
     """slurm.conf for nodes a, b (their addresses from the emulated
-    cluster), two CPUs each, one partition; no accounting, no cgroups."""
+    cluster), two CPUs each, one partition; accounting through slurmdbd, no
+    cgroups."""
     nodes = "".join(f"NodeName={host} NodeAddr={address} CPUs={CPUS_PER_NODE} State=UNKNOWN\n"
                     for host, address in layout["hosts"].items())
     return f"""\
@@ -78,20 +97,34 @@ SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
 # cred_expire: also how long a requeued job waits before it may start again
-# (default 120 s).
-AuthInfo=socket={state}/munge/munge.socket,cred_expire=30
+# (default 120 s). Slurm's least is 5 s; a step here reaches its slurmd
+# moments after slurmctld signs its credential.
+AuthInfo=socket={state}/munge/munge.socket,cred_expire=10
 StateSaveLocation={state}/ctld
+# Node-local scratch, as on a real cluster: every slurmd sees its own
+# directory here (start()), while /tmp stays shared like a cluster's shared
+# filesystem. Slurm's PMIx plugin makes its per-step directories in it, and
+# two nodes sharing one would collide.
+TmpFS={state}/node-tmp
 SlurmctldPidFile={state}/slurmctld.pid
 SlurmctldLogFile={state}/slurmctld.log
 SlurmdSpoolDir={state}/spool/%n
 SlurmdPidFile={state}/slurmd-%n.pid
 SlurmdLogFile={state}/slurmd-%n.log
 PlugStackConfig={state}/plugstack.conf
-# No cgroups (the emulated hosts share this machine's), no accounting daemon.
+# Links to the installed plugins (start()): a test takes one away, as on a
+# site built without it, without touching the system's files.
+PluginDir={state}/plugins
+# No cgroups (the emulated hosts share this machine's).
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
+# Jobs and steps recorded by slurmdbd (sacct); no usage sampling.
 JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost={layout['bridge_address']}
+AccountingStoragePort={SLURMDBD_PORT}
+# With munge, the socket of the munged that slurmdbd's messages use.
+AccountingStoragePass={state}/munge/munge.socket
 JobCompType=jobcomp/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
@@ -103,11 +136,30 @@ SlurmdTimeout=30
 MessageTimeout=10
 KillWait=5
 InactiveLimit=0
-# Finished jobs stay visible to `scontrol show job` for 15 minutes (no sacct here).
+# Finished jobs stay visible to `scontrol show job` for 15 minutes (sacct keeps them).
 MinJobAge=900
 SlurmctldDebug=info
 SlurmdDebug=info
 {nodes}PartitionName={PARTITION} Nodes={','.join(layout['hosts'])} Default=YES State=UP
+"""
+
+
+def slurmdbd_conf(state: Path, layout: dict) -> str:
+    return f"""\
+# Written by scripts/slurm/local_cluster.py; removed by `down`.
+AuthType=auth/munge
+AuthInfo=socket={state}/munge/munge.socket
+DbdHost={CONTROLLER}
+DbdAddr={layout['bridge_address']}
+DbdPort={SLURMDBD_PORT}
+SlurmUser=root
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort={DATABASE_PORT}
+StorageUser=root
+StorageLoc=slurm_acct_db
+PidFile={state}/slurmdbd.pid
+LogFile={state}/slurmdbd.log
 """
 
 
@@ -144,6 +196,42 @@ def start_munge(state: Path, hosts_file: Path) -> None:
         "runuser", "-u", "munge", "--", "munged", f"--socket={munge_dir}/munge.socket",
         f"--key-file={key}", f"--pid-file={munge_dir}/munged.pid",
         f"--log-file={munge_dir}/munged.log", f"--seed-file={munge_dir}/munged.seed"]))
+
+
+def start_accounting(state: Path, hosts_file: Path, layout: dict) -> None:
+    """MariaDB's server with a fresh database directory, slurmdbd over it,
+    and the cluster registered, before slurmctld starts."""
+    database = state / "database"
+    sh("mariadb-install-db", "--no-defaults", f"--datadir={database}", "--user=root",
+       "--auth-root-authentication-method=normal", "--skip-test-db", timeout=120)
+    log = open(state / "mariadb.log", "w")  # noqa: SIM115 - the server keeps it
+    subprocess.Popen(["mariadbd", "--no-defaults", f"--datadir={database}", "--user=root",
+                      "--bind-address=127.0.0.1", f"--port={DATABASE_PORT}",
+                      f"--socket={state}/mariadb.sock", f"--pid-file={state}/mariadb.pid",
+                      "--skip-log-bin", "--innodb-buffer-pool-size=32M"],
+                     stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+    ping = ["mariadb-admin", "--no-defaults", "-h127.0.0.1", f"-P{DATABASE_PORT}", "-uroot",
+            "ping"]
+    deadline = time.monotonic() + 60
+    while subprocess.run(ping, capture_output=True, timeout=30).returncode != 0:
+        if time.monotonic() > deadline:
+            raise RunFailed(f"MariaDB did not answer on 127.0.0.1:{DATABASE_PORT} in 60 s")
+        time.sleep(0.2)
+    conf = state / "slurmdbd.conf"  # slurmdbd reads it beside SLURM_CONF's slurm.conf
+    conf.write_text(slurmdbd_conf(state, layout))
+    conf.chmod(0o600)  # slurmdbd refuses a readable one: it may hold the database's password
+    env = slurm_env(state)
+    sh(*as_controller(hosts_file, ["slurmdbd"]), env=env)
+    # slurmdbd answers once its tables exist; adding the cluster waits for that.
+    deadline = time.monotonic() + 60
+    while True:
+        result = subprocess.run(["sacctmgr", "-i", "add", "cluster", "hvt"], capture_output=True,
+                                text=True, env=env, timeout=60)
+        if result.returncode == 0:
+            return
+        if time.monotonic() > deadline:
+            raise RunFailed(f"sacctmgr add cluster: {(result.stderr or result.stdout).strip()}")
+        time.sleep(0.5)
 
 
 def wait_for_idle_nodes(state: Path, nodes: list[str], timeout_s: float = 60.0) -> None:
@@ -197,15 +285,24 @@ def log_tails(state: Path, lines: int = 5) -> str:
 def start(state: Path, emulate_state: Path, layout: dict) -> dict:
     (state / "ctld").mkdir()
     (state / "plugstack.conf").write_text("")  # no SPANK plugins from the system's config
+    (state / "plugins").mkdir()
+    for plugin in installed_plugins().glob("*.so"):
+        (state / "plugins" / plugin.name).symlink_to(plugin)
     (state / "slurm.conf").write_text(slurm_conf(state, layout))
     first_host = next(iter(layout["hosts"]))
     hosts_file = emulate_state / "hosts" / first_host / "hosts"  # ctl, a and b
 
     start_munge(state, hosts_file)
+    start_accounting(state, hosts_file, layout)
     sh(*as_controller(hosts_file, ["slurmctld", "-f", str(state / "slurm.conf")]))
+    (state / "node-tmp").mkdir()
     for host in layout["hosts"]:
         (state / "spool" / host).mkdir(parents=True)
+        scratch = state / "tmp" / host
+        scratch.mkdir(parents=True, mode=0o1777)
+        # slurmd runs in the host's own mount namespace: the bind is its alone.
         sh(*emulate_cluster.enter_command(host, emulate_state, [
+            "sh", "-c", f"mount --bind {scratch} {state / 'node-tmp'} && exec \"$@\"", "sh",
             "slurmd", "-N", host, "-f", str(state / "slurm.conf")]))
     wait_for_idle_nodes(state, list(layout["hosts"]))
     info = {"state_dir": str(state), "slurm_conf": str(state / "slurm.conf"),
@@ -252,6 +349,7 @@ def pids_of(state: Path) -> list[int]:
     """The daemons this started, from their pid files (absent ones skipped)."""
     pids = []
     for pid_file in [*state.glob("slurmd-*.pid"), state / "slurmctld.pid",
+                     state / "slurmdbd.pid", state / "mariadb.pid",
                      state / "munge" / "munged.pid"]:
         with contextlib.suppress(OSError, ValueError):
             pids.append(int(pid_file.read_text().split()[0]))

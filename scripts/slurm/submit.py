@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Submit Horovod training to Slurm from Python, with Submitit: the same job
-as scripts/slurm/horovod.sbatch (horovod_train/launch/slurm.py turns the allocation
-into horovodrun's -np and -H and runs the trainer), plus requeue-and-resume.
+as scripts/slurm/horovod.sbatch (horovod_train/launch/slurm.py checks the
+trainer's options, chooses the network and starts a rank in every task of the
+job with srun), plus requeue-and-resume.
 
     scripts/slurm/submit.py --nodes 2 --tasks-per-node 2 --time 60 -- \\
         --epochs 3 --data-dir data --no-progress
@@ -47,8 +48,8 @@ POLL_S = 2.0
 
 
 class HorovodJob:
-    """What the Slurm job runs (Submitit pickles it): horovodrun across the
-    allocation, in the batch step on the first node, as horovod.sbatch does."""
+    """What the Slurm job runs (Submitit pickles it): launch/slurm.py's job,
+    in the batch step on the first node, as horovod.sbatch does."""
 
     def __init__(self, settings: slurm.Settings):
         self.settings = settings
@@ -57,7 +58,7 @@ class HorovodJob:
         started = time.monotonic()
         code = slurm.run_job(trainer_args, settings=self.settings)
         if code != 0:
-            raise RunFailed(f"horovodrun exited {code}")
+            raise RunFailed(f"{self.settings.launcher} exited {code}")
         return {"exit_code": code, "wall_time_s": round(time.monotonic() - started, 1)}
 
     def checkpoint(self, trainer_args: list[str]):
@@ -79,9 +80,9 @@ def make_executor(args: argparse.Namespace):
     executor.update_parameters(
         job_name=args.job_name, time=args.time, partition=args.partition,
         signal_delay_s=args.signal_delay, stderr_to_stdout=True,
-        # One process, the launcher, in the batch step: it starts the ranks
-        # with horovodrun. Without srun there is no step to signal, hence
-        # B: (the batch shell).
+        # One process in the batch step, launch/slurm.py, which starts the
+        # ranks itself (srun, or horovodrun). The batch shell gets the
+        # signal (B:), so that Submitit's Python does.
         use_srun=False,
         # The allocation's shape goes to sbatch as is. Given to Submitit as
         # nodes and tasks, it would count nodes x tasks Python processes and
@@ -154,11 +155,21 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                      help="Submitit's files and the job's log, on a filesystem every "
                           "node sees (default %(default)s)")
     run = parser.add_argument_group("what it runs (as horovod.sbatch's variables)")
+    run.add_argument("--launcher", choices=slurm.LAUNCHERS, default="srun",
+                     help="srun: every rank a Slurm task (PMIx, no ssh); horovodrun: over "
+                          "ssh from the first node, for elastic runs (default %(default)s)")
+    run.add_argument("--network-interface", default=None, metavar="IF[,IF]",
+                     help="the ranks' interface(s), checked on every node (default: chosen "
+                          "by probing the nodes)")
+    run.add_argument("--num-proc", default=None, help="ranks (default: every task of the job)")
     run.add_argument("--runtime", choices=slurm.RUNTIMES, default="venv")
     run.add_argument("--image", default=None, help="apptainer or pyxis image")
-    run.add_argument("--keys", default=None, help="apptainer, pyxis: the cluster's key directory")
     run.add_argument("--mounts", default=None, help="apptainer, pyxis: SRC:DST[:ro],...")
-    run.add_argument("--ssh-port", default=None, help="the nodes' SSH port for horovodrun")
+    run.add_argument("--keys", default=None,
+                     help="--launcher horovodrun with apptainer, pyxis: the cluster's key "
+                          "directory")
+    run.add_argument("--ssh-port", default=None,
+                     help="--launcher horovodrun: the nodes' SSH port")
     run.add_argument("--trainer", default=slurm.DEFAULT_TRAINER)
     run.add_argument("--resume", action="store_true",
                      help="start from the trainer's last checkpoint")
@@ -179,10 +190,11 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 def main() -> int:
     args, trainer_args = parse_args(sys.argv[1:])
     # Checked here, before anything is submitted.
-    settings = slurm.make_settings(runtime=args.runtime, image=args.image, keys=args.keys,
-                                   mounts=args.mounts, ssh_port=args.ssh_port,
-                                   trainer=args.trainer, resume=args.resume,
-                                   checkout=args.checkout)
+    settings = slurm.make_settings(launcher=args.launcher, runtime=args.runtime,
+                                   image=args.image, keys=args.keys, mounts=args.mounts,
+                                   ssh_port=args.ssh_port, trainer=args.trainer,
+                                   resume=args.resume, checkout=args.checkout,
+                                   interfaces=args.network_interface, num_proc=args.num_proc)
     if submitit is None:
         raise UserError("submitit is not installed: pip install submitit "
                         "(scripts/setup.sh installs it)")
