@@ -1,5 +1,7 @@
 """Build the training image, `docker build docker/` as users type it, with
-podman (or docker): the GPU variant (default) or the CPU one.
+podman (or docker): the GPU variant (default) or the CPU one; with --app,
+the image that carries the code (`docker build -f docker/app.Dockerfile .`)
+on top of the GPU one.
 
 With podman, everything the build needs comes from this machine, so it also
 works where no registry but PyPI and Debian's mirrors can be reached:
@@ -31,6 +33,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 CONTEXT = REPO / "docker"  # the build context, as in `docker build docker/`
+APP_DOCKERFILE = CONTEXT / "app.Dockerfile"  # its context: the repository root
 sys.path.insert(0, str(CONTEXT / "env"))
 sys.path.insert(0, str(REPO))  # the checkout's package, for its errors
 import build_horovod  # noqa: E402  (the recipe's: its wheel cache, the lock, the sdist)
@@ -200,29 +203,51 @@ def pick_engine() -> str:
     return "podman"
 
 
-def build(args) -> None:
-    engine = args.engine or pick_engine()
+# chroot isolation: RUN steps need no container runtime or cgroups; docker
+# format: OCI images drop the Dockerfile's SHELL (pipefail). --force-rm: a
+# failed step leaves no multi-GB working container.
+PODMAN_FLAGS = ["--isolation", "chroot", "--layers", "--format", "docker", "--force-rm"]
+
+
+def environment_build(args, engine: str) -> tuple[list[str], Path]:
+    """docker/Dockerfile's build, and its context: docker/."""
     podman = engine == "podman"
-    ensure_tools(engine, need_debootstrap=podman and not args.base_image)
     command = [engine, "build", "-t", args.tag, "--build-arg", f"DEVICE={args.device}"]
     base = args.base_image or (debian_base(engine) if podman else None)
     if base:
         command += ["--build-arg", f"BASE_IMAGE={base}"]
     if podman:
-        # chroot isolation: RUN steps need no container runtime or cgroups;
-        # docker format: OCI images drop the Dockerfile's SHELL (pipefail).
-        # --force-rm: a failed step leaves no multi-GB working container.
-        command += ["--isolation", "chroot", "--layers", "--format", "docker", "--force-rm"]
+        command += PODMAN_FLAGS
         check_free_space(engine)
         # The cache that setup.sh fills, wherever HOROVOD_WHEEL_CACHE puts it.
         wheel_cache = build_horovod.default_cache_dir()
         wheel_cache.mkdir(parents=True, exist_ok=True)
         command += ["-v", f"{wheel_cache}:/wheel-cache", "--build-arg", "WHEEL_CACHE=/wheel-cache",
                     "-v", f"{wheelhouse(args.python)}:/wheelhouse:ro"]
+    return command, CONTEXT
+
+
+def app_build(args, engine: str) -> tuple[list[str], Path]:
+    """docker/app.Dockerfile's build on the environment image, and its
+    context: the repository root."""
+    base = args.base_image or "localhost/horovod-train:gpu"
+    if not image_id(engine, base):
+        raise UserError(f"no image {base} to build on: build it first (scripts/build_image.sh), "
+                        "or name another with --base-image")
+    command = [engine, "build", "-t", args.tag, "-f", str(APP_DOCKERFILE),
+               "--build-arg", f"BASE_IMAGE={base}"]
+    return command + (PODMAN_FLAGS if engine == "podman" else []), REPO
+
+
+def build(args) -> None:
+    engine = args.engine or pick_engine()
+    ensure_tools(engine, need_debootstrap=engine == "podman" and not args.base_image
+                 and not args.app)
+    command, context = (app_build if args.app else environment_build)(args, engine)
     started = time.monotonic()
-    log(" ".join(command + [str(CONTEXT)]))
+    log(" ".join(command + [str(context)]))
     old = image_id(engine, args.tag)
-    run(*command, str(CONTEXT))
+    run(*command, str(context))
     if old and image_id(engine, args.tag) != old:
         remove_superseded(engine, old)
     info = json.loads(run(engine, "image", "inspect", args.tag, capture_output=True,
@@ -235,13 +260,18 @@ def main(argv: list[str]) -> int:
     parser = ArgumentParser(prog="build_image.sh", description=__doc__,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", choices=["gpu", "cpu"], default="gpu")
+    parser.add_argument("--app", action="store_true",
+                        help="the image that carries the code (docker/app.Dockerfile, context: "
+                             "the repository root) on top of the GPU image "
+                             "(localhost/horovod-train:gpu, or --base-image)")
     parser.add_argument("--tag", default=None,
-                        help="image name (default localhost/horovod-train:DEVICE)")
+                        help="image name (default localhost/horovod-train:DEVICE, or :app)")
     parser.add_argument("--engine", choices=["podman", "docker"], default=None,
                         help="default: podman if installed, else docker")
     parser.add_argument("--base-image", default=None,
                         help="base image (default: the Dockerfile's debian:bookworm; with podman "
-                             "the same made here with debootstrap)")
+                             "the same made here with debootstrap; --app: "
+                             "localhost/horovod-train:gpu)")
     parser.add_argument("--python", default=sys.executable,
                         help="Python whose pip fills the wheelhouse")
     parser.add_argument("--wheelhouse-only", action="store_true",
@@ -251,7 +281,7 @@ def main(argv: list[str]) -> int:
     if args.wheelhouse_only:
         print(wheelhouse(args.python))
         return 0
-    args.tag = args.tag or f"localhost/horovod-train:{args.device}"
+    args.tag = args.tag or f"localhost/horovod-train:{'app' if args.app else args.device}"
     build(args)
     return 0
 

@@ -11,8 +11,9 @@ case "${1:-}" in
 Usage: scripts/test.sh [PYTEST ARGS...]
 
 Runs scripts/setup.sh for PyTorch, TensorFlow and MXNet and
-scripts/build_image.sh for the GPU and the CPU image (all fast when already
-done), ruff, then pytest with the given arguments (e.g. -k resume,
+scripts/build_image.sh for the GPU and the CPU image and the image that
+carries the code (all fast when already done), ruff, then pytest with the
+given arguments (e.g. -k resume,
 -m "not cluster"). Tests on the emulated hosts and the images need root;
 elsewhere they are skipped with the reason.
 USAGE
@@ -46,12 +47,16 @@ else
 fi
 end_phase setup
 # Both images, built with podman from docker/ as the context, as users type
-# it (root needed for its storage and for running them as emulated hosts).
+# it, then the image that carries the code, from the repository root, on the
+# GPU one's layers (root needed for podman's storage and for running them as
+# emulated hosts).
 if [[ $(id -u) -eq 0 ]]; then
   scripts/build_image.sh --device cpu
   end_phase "cpu image"
   scripts/build_image.sh --device gpu
   end_phase "gpu image"
+  scripts/build_image.sh --app
+  end_phase "app image"
 else
   echo "test.sh: not root: the images are not built and their tests will be skipped"
 fi

@@ -146,9 +146,11 @@ def decoy_cluster(emulated) -> dict:
     return emulated.ensure("--decoys")
 
 
-# The two variants scripts/test.sh builds with scripts/build_image.sh.
+# The images scripts/test.sh builds with scripts/build_image.sh: the two
+# variants of the environment, and the one that carries the code (--app).
 IMAGES = {"cpu": os.environ.get("HOROVOD_TRAIN_IMAGE", "localhost/horovod-train:cpu"),
-          "gpu": os.environ.get("HOROVOD_TRAIN_GPU_IMAGE", "localhost/horovod-train:gpu")}
+          "gpu": os.environ.get("HOROVOD_TRAIN_GPU_IMAGE", "localhost/horovod-train:gpu"),
+          "app": os.environ.get("HOROVOD_TRAIN_APP_IMAGE", "localhost/horovod-train:app")}
 
 
 def require_image(device: str) -> str:
@@ -156,7 +158,8 @@ def require_image(device: str) -> str:
         pytest.skip("podman is not installed (scripts/build_image.sh installs it)")
     image = IMAGES[device]
     if subprocess.run(["podman", "image", "exists", image]).returncode != 0:
-        pytest.skip(f"no image {image}: scripts/build_image.sh --device {device} builds it")
+        how = "--app" if device == "app" else f"--device {device}"
+        pytest.skip(f"no image {image}: scripts/build_image.sh {how} builds it")
     return image
 
 

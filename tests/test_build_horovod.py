@@ -131,12 +131,16 @@ def test_cache_entry_is_named_by_the_key_and_records_its_inputs():
         assert fact in inputs
 
 
+TORCH_ARCHS = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]  # 2.14.1+cu130's
+
+
 def plan_for(torch_version="2.14.1+cu130", gpu_ops="none", frameworks=("pytorch",),
-             cuda_archs="80,90"):
+             cuda_archs="80,90", torch_archs=TORCH_ARCHS):
     args = SimpleNamespace(frameworks=list(frameworks), gpu_ops=gpu_ops, jobs=2,
                            cuda_archs=cuda_archs)
     info = {"abi": "cpython-311-x86_64-linux-gnu", "machine": "x86_64",
-            "frameworks": {"torch": torch_version}, "torch_cuda": None, "nccl_home": None}
+            "frameworks": {"torch": torch_version}, "torch_cuda": None, "nccl_home": None,
+            "torch_archs": torch_archs}
     return build_horovod.plan(args, info)
 
 
@@ -201,6 +205,12 @@ def test_nccl_build_plan(monkeypatch, tmp_path):
     key = build_horovod.cache_key(inputs)
     assert build_horovod.cache_key(plan_for(gpu_ops="nccl", cuda_archs="90")[0]) != key
     assert build_horovod.cache_key(plan_for()[0]) != key
+    # The default: what torch has native code for, read from torch.
+    inputs, env = plan_for(gpu_ops="nccl", cuda_archs="torch")
+    assert env["HOROVOD_BUILD_CUDA_CC_LIST"] == inputs["cuda_archs"] == "75,80,86,90,100,120"
+    with pytest.raises(build_horovod.UserError, match="^--cuda-archs torch: the environment's "
+                                                      "torch lists no CUDA architectures"):
+        plan_for(gpu_ops="nccl", cuda_archs="torch", torch_archs=[])
 
 
 def test_cuda_compiler_is_the_cuda_of_torchs_pin():
@@ -220,6 +230,10 @@ def test_nvcc_refuses_an_architecture_in_one_line(tmp_path):
     once an NCCL build ran; installed here otherwise)."""
     cuda_home = build_horovod.cuda_toolkit(build_horovod.default_cache_dir(), sys.executable)
     build_horovod.check_cuda_archs("80,90", cuda_home)
+    # Every architecture this torch has native code for compiles (the default).
+    torch_archs = build_horovod.probe_python(sys.executable, ["pytorch"])["torch_archs"]
+    build_horovod.check_cuda_archs(build_horovod.resolved_cuda_archs(
+        "torch", {"torch_archs": torch_archs}), cuda_home)
     with pytest.raises(build_horovod.UserError) as refused:
         build_horovod.check_cuda_archs("80,35", cuda_home)
     message = str(refused.value)
@@ -279,7 +293,8 @@ def test_bad_input_is_one_line(args, message):
     (["--frameworks", "pytorch,jax"],
      "--frameworks: unknown framework 'jax'; it takes pytorch, tensorflow, mxnet"),
     (["--gpu-ops", "rocm"], "--gpu-ops: 'rocm'; it takes auto, nccl, none"),
-    (["--cuda-archs", "8.0"], "--cuda-archs: '8.0'; it takes compute capabilities like 80,90"),
+    (["--cuda-archs", "8.0"], "--cuda-archs: '8.0'; it takes compute capabilities like 80,90, "
+                              "or torch"),
     (["--frameworks", "pytorch,mxnet", "--gpu-ops", "nccl"],
      "--gpu-ops nccl builds Horovod for pytorch alone (got --frameworks pytorch,mxnet)"),
 ])

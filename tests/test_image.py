@@ -1,11 +1,13 @@
 """The training image, both variants, as scripts/test.sh builds them with
 podman from docker/ as the context (`docker build docker/`): a lint-clean
-Dockerfile whose build context is docker/ alone; Horovod with NCCL (gpu) or
-with all three frameworks (cpu), every library it links resolvable, no CUDA
-library twice, no private key in any layer; and the two-host command run
-inside each, on hosts that are containers of the image (its entrypoint, its
-sshd, keys from scripts/cluster_keys.sh, the checkout mounted at
-/workspace). Bad build arguments fail early with one line."""
+Dockerfile whose build context is docker/ alone; Horovod with NCCL (gpu),
+its CUDA kernels for every architecture torch has and the RDMA stack NCCL
+loads, or with all three frameworks (cpu), every library it links
+resolvable, no CUDA library twice, no private key in any layer; and the
+two-host command run inside each, on hosts that are containers of the image
+(its entrypoint, its sshd, keys from scripts/cluster_keys.sh, the checkout
+mounted at /workspace), and in the image that carries the code, with
+nothing mounted. Bad build arguments fail early with one line."""
 
 import json
 import os
@@ -16,7 +18,17 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import BIN, IMAGES, REPO, Run, assert_trained, image_hosts, require_image, run_on
+from conftest import (
+    BIN,
+    IMAGES,
+    REPO,
+    Run,
+    assert_trained,
+    image_hosts,
+    on_host,
+    require_image,
+    run_on,
+)
 
 CONTEXT = REPO / "docker"
 DOCKERFILE = CONTEXT / "Dockerfile"
@@ -26,8 +38,10 @@ EXPECTED = {  # what --check-build must show in each variant
 }
 
 
-def test_dockerfile_passes_hadolint():
-    result = subprocess.run([str(BIN / "hadolint"), str(DOCKERFILE)], capture_output=True,
+@pytest.mark.parametrize("dockerfile", [DOCKERFILE, CONTEXT / "app.Dockerfile"],
+                         ids=lambda path: path.name)
+def test_dockerfile_passes_hadolint(dockerfile):
+    result = subprocess.run([str(BIN / "hadolint"), str(dockerfile)], capture_output=True,
                             text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout == ""
@@ -42,7 +56,7 @@ def test_defaults_build_the_gpu_image_on_debian():
     assert defaults["BASE_IMAGE"] == "debian:bookworm"
     assert defaults["DEVICE"] == "gpu"
     assert defaults["GCC_VERSION"] == "12"
-    assert defaults["CUDA_ARCHS"] == "80,90"
+    assert defaults["CUDA_ARCHS"] == "torch"
 
 
 def test_everything_the_dockerfile_copies_is_in_docker_dir():
@@ -120,7 +134,73 @@ def test_compiler_was_the_pinned_one(variant, hosts):
     assert re.search(r"\) 12\.\d+\.\d+$", record["compiler"]), record["compiler"]
     assert record["gpu_ops"] == ("nccl" if variant == "gpu" else "none")
     if variant == "gpu":
-        assert record["cuda_archs"] == "80,90"
+        assert record["cuda_archs"] == ",".join(torch_archs())
+
+
+def torch_archs() -> list[str]:
+    """The compute capabilities the image's torch has native code for."""
+    listed = run_on("a", "python", "-c", "import torch; print(*torch.cuda.get_arch_list())",
+                    timeout=120).stdout.split()
+    return [arch.removeprefix("sm_") for arch in listed if arch.startswith("sm_")]
+
+
+CUOBJDUMP = "/opt/venv/lib/python3.11/site-packages/triton/backends/nvidia/bin/cuobjdump"
+
+
+@pytest.mark.cluster
+def test_horovods_gpu_kernels_cover_every_architecture_torch_has(variant, hosts):
+    """What Horovod's CUDA library in the GPU image holds (cuobjdump, from
+    torch's Triton wheel): native code for each architecture of torch's own
+    list, and PTX of the newest, which the driver compiles for later GPUs."""
+    if variant != "gpu":
+        pytest.skip("the CPU image has no CUDA kernels")
+    library = "/opt/venv/lib/python3.11/site-packages/horovod/torch/mpi_lib_v2*.so"
+    listing = run_on("a", "sh", "-c", f"{CUOBJDUMP} --list-elf --list-ptx {library}",
+                     timeout=120)
+    assert listing.returncode == 0, listing.stderr
+    native = re.findall(r"^ELF file\s+\d+: \S+\.sm_(\d+)\.cubin$", listing.stdout, flags=re.M)
+    ptx = re.findall(r"^PTX file\s+\d+: \S+\.sm_(\d+)\.ptx$", listing.stdout, flags=re.M)
+    wanted = torch_archs()
+    assert len(wanted) >= 2, wanted
+    assert sorted(native, key=int) == sorted(wanted, key=int), listing.stdout
+    assert ptx == [max(wanted, key=int)], listing.stdout
+
+
+NCCL_LIBRARY = "/opt/venv/lib/python3.11/site-packages/nvidia/nccl/lib/libnccl.so.2"
+LOADS = ("import ctypes, sys\n"
+         "for name in sys.argv[1:]:\n"
+         "    try:\n"
+         "        ctypes.CDLL(name)\n"
+         "        print(name, 'loads')\n"
+         "    except OSError as err:\n"
+         "        print(name, err)\n")
+
+
+@pytest.mark.cluster
+def test_the_gpu_image_carries_the_rdma_stack_nccl_and_open_mpi_load(variant, hosts):
+    """The libraries NCCL's InfiniBand/RoCE transport opens (their names read
+    from NCCL's own library) load in the image, Open MPI's RDMA components
+    open, and the tools to check a device run; this machine has no RDMA
+    device (nor the kernel's verbs), so they find none."""
+    if variant != "gpu":
+        pytest.skip("the RDMA stack is for NCCL, in the GPU image")
+    strings = run_on("a", "strings", NCCL_LIBRARY, timeout=120)
+    opened = sorted(set(re.findall(r"^(lib(?:ibverbs|mlx5)\.so(?:\.\d+)?)$", strings.stdout,
+                                   flags=re.M)))
+    assert "libibverbs.so.1" in opened and "libmlx5.so.1" in opened, opened
+    loads = run_on("a", "python", "-c", LOADS, *opened, "librdmacm.so.1", timeout=120)
+    for name in ("libibverbs.so.1", "libmlx5.so.1", "librdmacm.so.1"):
+        assert f"{name} loads" in loads.stdout.splitlines(), loads.stdout + loads.stderr
+    components = run_on("a", "ompi_info", timeout=120).stdout
+    assert re.search(r"MCA pml: ucx\b", components) and re.search(r"MCA btl: openib\b",
+                                                                     components), components
+    devices = run_on("a", "ibv_devices", timeout=60)
+    assert devices.returncode in (0, 1), devices.stderr
+    assert "IB devices list" in devices.stderr or "device" in devices.stdout
+    assert run_on("a", "ibstat", "-l", timeout=60).stdout == ""  # no adapter here
+    tools = run_on("a", "sh", "-c",
+                   "for t in ibv_devinfo ib_write_bw rping; do command -v $t; done", timeout=60)
+    assert len(tools.stdout.split()) == 3, tools.stdout
 
 
 @pytest.mark.slow
@@ -142,6 +222,52 @@ def test_two_host_command_inside_the_image(variant, hosts, image_mounts, control
     # For MPI no controller flag, as written: horovodrun picks MPI, since the
     # image's Horovod is built with it and its mpirun reaches the other host.
     assert_trained(run, 4, controller, {"a": 2, "b": 2})
+
+
+@pytest.fixture(scope="module")
+def app_image() -> str:
+    return require_image("app")
+
+
+# What the repository root's .dockerignore lets into the image's /workspace.
+APP_FILES = {"README.md", "benchmarks", "docker", "horovod_train", "hostfiles", "pyproject.toml",
+             "scripts"}
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
+def test_the_image_with_the_code_runs_the_two_host_command_with_nothing_mounted(
+        app_image, emulated, small_mnist_dir):
+    """Two containers of the image that carries the code (docker/app.Dockerfile),
+    nothing mounted: the trainer is the image's. Each host gets the digits
+    on its own disk, as a node that downloads them would (CI cannot)."""
+    emulated.ensure("--image", app_image)
+    digits = subprocess.run(["tar", "-C", str(small_mnist_dir), "-c", "."], capture_output=True,
+                            check=True).stdout
+    for host in ("a", "b"):
+        subprocess.run(on_host(host, ["sh", "-c", "mkdir -p /data && tar -x -C /data"]),
+                       input=digits, capture_output=True, check=True, timeout=120)
+    assert set(run_on("a", "ls", "-A", "/workspace").stdout.split()) == APP_FILES
+    # From / : python -c puts its working directory, /workspace, first on sys.path.
+    installed = run_on("a", "sh", "-c",
+                       "cd / && python -c 'import horovod_train; print(horovod_train.__file__)'")
+    assert installed.stdout.startswith("/opt/venv/lib/python3.11/site-packages/horovod_train/")
+    result = run_on("a", "horovodrun", "-np", "4", "-H", "a:2,b:2", "-p", "12345", "python",
+                    "horovod_train/pytorch_mnist.py", "--data-dir", "/data", "--no-download",
+                    "--epochs", "1", "--no-progress", "--log-dir", "/tmp/run", timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    summary = json.loads(run_on("a", "cat", "/tmp/run/summary.json").stdout)
+    assert summary["size"] == 4 and summary["hosts"] == {"a": 2, "b": 2}
+    assert summary["weights_identical"] is True
+
+
+def test_the_image_with_the_code_adds_no_private_key(app_image):
+    """The layers the code image adds to the GPU image's (which
+    test_no_private_key_in_any_layer walks): nothing that holds a key, such
+    as a cluster-keys directory left in the checkout."""
+    added = [tree for tree in layer_trees(app_image) if tree not in layer_trees(IMAGES["gpu"])]
+    assert added
+    assert [name for tree in added for name in key_files(tree)] == []
 
 
 KEY_NAME = re.compile(r"(^|/)(ssh_host_\w+_key|id_(rsa|ecdsa|ed25519|dsa))$")

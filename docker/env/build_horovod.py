@@ -26,7 +26,10 @@ SDIST_SHA256 = "92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0
 HERE = Path(__file__).resolve().parent
 PATCH_DIR = HERE / "patches"
 LOCK = HERE / "constraints.txt"
-DEFAULT_CUDA_ARCHS = "80,90"  # A100 and H100; the newest also as PTX for later GPUs
+# "torch": every architecture the environment's torch has native code for
+# (torch.cuda.get_arch_list()), read when building; the newest also goes in
+# as PTX, which the driver compiles for GPUs that come later.
+DEFAULT_CUDA_ARCHS = "torch"
 BUILD_RECORD = "horovod-build.json"  # in the environment's prefix: what is installed
 FRAMEWORKS = {  # our name: (import name, Horovod's flag suffix, --check-build label)
     "pytorch": ("torch", "PYTORCH", "PyTorch"),
@@ -43,6 +46,7 @@ for name in sys.argv[1:]:
         out["frameworks"][name] = module.__version__
         if name == "torch":
             out["torch_cuda"] = module.version.cuda
+            out["torch_archs"] = module.cuda.get_arch_list()
     except Exception as err:
         out["errors"][name] = f"{type(err).__name__}: {err}"
 def package_dir(name):
@@ -158,6 +162,19 @@ def nvcc_archs(cuda_home: Path) -> list[str]:
     return re.findall(r"compute_(\w+)", result.stdout)
 
 
+def resolved_cuda_archs(asked: str, info: dict) -> str:
+    """--cuda-archs as compute capabilities: "torch" becomes the
+    architectures torch has native code for (its sm_ entries; compute_
+    entries are PTX, which Horovod's newest architecture brings anyway)."""
+    if asked != "torch":
+        return asked
+    archs = [a.removeprefix("sm_") for a in info.get("torch_archs") or [] if a.startswith("sm_")]
+    if not archs:
+        raise UserError("--cuda-archs torch: the environment's torch lists no CUDA architectures "
+                        "(a CPU build of torch?); name them, e.g. --cuda-archs 80,90")
+    return ",".join(archs)
+
+
 def check_cuda_archs(archs: str, cuda_home: Path) -> None:
     known = nvcc_archs(cuda_home)
     refused = [a for a in archs.split(",") if a not in known]
@@ -210,13 +227,14 @@ def plan(args, info: dict) -> tuple[dict, dict]:
     if not needs_cuda:
         env["HOROVOD_TORCH_CPU_ONLY"] = "1"
     nccl_version = None
+    cuda_archs = resolved_cuda_archs(args.cuda_archs, info) if needs_cuda else None
     if gpu_ops == "nccl":
         nccl_home = os.environ.get("HOROVOD_NCCL_HOME") or info.get("nccl_home")
         if not nccl_home or not (Path(nccl_home) / "include" / "nccl.h").is_file():
             raise UserError("NCCL GPU operations asked for, but no NCCL was found (install "
                             "torch's nvidia-nccl wheel or set HOROVOD_NCCL_HOME)")
         env.update(HOROVOD_GPU_OPERATIONS="NCCL", HOROVOD_NCCL_LINK="SHARED",
-                   HOROVOD_NCCL_HOME=nccl_home, HOROVOD_BUILD_CUDA_CC_LIST=args.cuda_archs)
+                   HOROVOD_NCCL_HOME=nccl_home, HOROVOD_BUILD_CUDA_CC_LIST=cuda_archs)
         header = (Path(nccl_home) / "include" / "nccl.h").read_text(errors="replace")
         nccl_version = ".".join(re.findall(r"#define NCCL_(?:MAJOR|MINOR|PATCH)\s+(\d+)", header))
 
@@ -246,7 +264,7 @@ def plan(args, info: dict) -> tuple[dict, dict]:
         "gpu_ops": gpu_ops,
         "cuda": torch_cuda if needs_cuda else None,
         "cuda_toolkit": toolkit,
-        "cuda_archs": args.cuda_archs if needs_cuda else None,
+        "cuda_archs": cuda_archs,
         "nccl": nccl_version,
         "mpi": mpi,
         "compiler": compiler,
@@ -262,7 +280,7 @@ def cuda_env(args, inputs: dict) -> dict:
     if inputs["gpu_ops"] != "nccl":
         return {}
     cuda_home = cuda_toolkit(args.cache_dir, args.python)
-    check_cuda_archs(args.cuda_archs, cuda_home)
+    check_cuda_archs(inputs["cuda_archs"], cuda_home)
     # Horovod's build asks `nvcc` on the PATH before HOROVOD_CUDA_HOME's.
     path = f"{cuda_home / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"
     return {"CUDA_HOME": str(cuda_home), "CUDAToolkit_ROOT": str(cuda_home),
@@ -454,7 +472,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--gpu-ops", choices=["auto", "nccl", "none"], default="auto",
                         help="NCCL GPU operations; auto means when a GPU is present")
     parser.add_argument("--cuda-archs", default=DEFAULT_CUDA_ARCHS,
-                        help="compute capabilities of the CUDA kernels (NCCL builds), e.g. 80,90")
+                        help="compute capabilities of the CUDA kernels (NCCL builds), e.g. "
+                             "80,90; default torch: every one the environment's torch has "
+                             "native code for")
     parser.add_argument("--cache-dir", type=Path, default=default_cache_dir(),
                         help="wheel cache (env HOROVOD_WHEEL_CACHE)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2)

@@ -18,7 +18,9 @@ Usage: docker/env/setup.sh --venv DIR [--frameworks LIST] [--gpu-ops auto|nccl|n
   --gpu-ops MODE     Horovod's NCCL GPU operations: nccl, none, or auto (nccl
                      when a GPU is present); default: what this venv has, else auto
   --cuda-archs LIST  GPU architectures Horovod's CUDA kernels are compiled for,
-                     comma-separated compute capabilities (default 80,90: A100, H100)
+                     comma-separated compute capabilities (e.g. 80,90), or torch
+                     (default): every one the venv's torch has native code for,
+                     the newest also as PTX for later GPUs
   --dev              add the test and lint tools
   --editable PROJECT install that project into the venv, editable, without its dependencies
   --no-apt           do not install system packages; fail if they are missing
@@ -36,7 +38,7 @@ die() { echo "setup.sh: error: $*" >&2; exit 2; }
 
 frameworks=""
 gpu_ops=""
-cuda_archs=80,90
+cuda_archs=torch
 venv=""
 dev=0
 editable=""
@@ -73,8 +75,8 @@ for f in "${wanted[@]}"; do
     || die "--frameworks: unknown framework '$f'; it takes pytorch, tensorflow, mxnet"
 done
 [[ "$gpu_ops" =~ ^(auto|nccl|none)$ ]] || die "--gpu-ops: '$gpu_ops'; it takes auto, nccl, none"
-[[ "$cuda_archs" =~ ^[1-9][0-9]{1,2}[a-z]?(,[1-9][0-9]{1,2}[a-z]?)*$ ]] \
-  || die "--cuda-archs: '$cuda_archs'; it takes compute capabilities like 80,90"
+[[ "$cuda_archs" == torch || "$cuda_archs" =~ ^[1-9][0-9]{1,2}[a-z]?(,[1-9][0-9]{1,2}[a-z]?)*$ ]] \
+  || die "--cuda-archs: '$cuda_archs'; it takes compute capabilities like 80,90, or torch"
 if [[ "$gpu_ops" == auto ]]; then
   gpu_ops=none
   nvidia-smi -L 2>/dev/null | grep -q '^GPU' && gpu_ops=nccl
@@ -94,6 +96,14 @@ started=$SECONDS
 # cluster.
 packages=(openmpi-bin libopenmpi-dev openssh-client openssh-server build-essential patch
           patchelf iproute2 util-linux procps curl ca-certificates)
+# NCCL builds: the user-space RDMA stack that NCCL's InfiniBand/RoCE
+# transport loads (libibverbs, the devices' providers such as libmlx5) and
+# Open MPI's UCX uses (librdmacm), with the tools to check a device:
+# ibv_devices and ibv_devinfo, ibstat, ib_write_bw.
+if [[ "$gpu_ops" == nccl ]]; then
+  packages+=(libibverbs1 ibverbs-providers librdmacm1 ibverbs-utils rdmacm-utils
+             infiniband-diags perftest)
+fi
 python=${PYTHON:-python3}
 "$python" -c 'import ensurepip' 2>/dev/null || packages+=(python3-venv)
 missing=()
