@@ -155,7 +155,8 @@ def rank_figures(runtime, images: int, step_seconds: float, train_seconds: float
 
 def build_summary(framework: str, model: str, runtime, ranks: list[dict], test_metrics: dict,
                   epochs: int, epochs_done: int, wall_seconds: float, config) -> dict:
-    """The run's summary from every rank's figures; totals are sums over ranks."""
+    """The run's summary from every rank's figures; totals are sums over ranks.
+    "nccl" is the PyTorch trainer's on GPUs (nccl_report.run_record), else null."""
     ranks = [dict(r) for r in ranks]
     digests = [r.pop("digest") for r in ranks]
     return {
@@ -165,6 +166,7 @@ def build_summary(framework: str, model: str, runtime, ranks: list[dict], test_m
         "controller": runtime.controller,
         "network_interface": runtime.network,
         "device": runtime.device,
+        "nccl": None,
         "hosts": dict(collections.Counter(r["host"] for r in ranks)),
         "ranks": ranks,
         "images_per_sec": sum(r["images_per_sec"] for r in ranks),

@@ -14,7 +14,7 @@ import itertools
 import math
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from horovod_train import console, distributed, lr_schedule, metrics, watchdog
@@ -50,6 +50,8 @@ class Steps:
     # The learning rate at an optimizer step; by default the schedule of
     # lr_schedule over the run's epochs (elastic counts samples instead).
     lr_at: Callable[[int], float] | None = None
+    # The framework's own entries of summary.json (PyTorch on GPUs: "nccl").
+    summary_fields: dict = field(default_factory=dict)
 
 
 def train_epoch(train_batch: Callable[[Any, Any], BatchSums], set_lr: Callable[[float], None],
@@ -176,4 +178,5 @@ def fit(config: RunConfig, rt, steps: Steps, n_train: int, n_test: int, epochs_d
     summary = metrics.build_summary(framework, model_name, rt, ranks, test_metrics, config.epochs,
                                     epochs_done, time.perf_counter() - started, config)
     summary.update(target)
+    summary.update(steps.summary_fields)
     return metrics.finish_run(rt, config.log_dir, summary)

@@ -17,9 +17,11 @@ from horovod_train import (
     console,
     device_data,
     distributed,
+    gpu,
     lr_schedule,
     metrics,
     mnist,
+    nccl_report,
     outputs,
     torch_data,
     train_loop,
@@ -29,6 +31,10 @@ from horovod_train.errors import UserError
 from horovod_train.models import build_model, convert_sync_batchnorm, input_shape
 from horovod_train.options import RunConfig
 
+# This process's NCCL debug output (GPU runs): set up before hvd.init(), read
+# after NCCL's first collective (nccl_transport).
+NCCL_OUTPUT = nccl_report.DebugOutput()
+
 
 def init(use_cuda: bool, threads: int | None,
          seed: int) -> tuple[distributed.Runtime, torch.device]:
@@ -36,17 +42,36 @@ def init(use_cuda: bool, threads: int | None,
     among the ranks of a host, and the same seed everywhere so every rank
     builds the same initial model (rank 0's is broadcast anyway)."""
     allocator.keep_freed_memory()
+    if use_cuda:
+        gpu.check_driver(torch)  # a driver too old leaves torch quietly without CUDA
     use_cuda = use_cuda and torch.cuda.is_available()
+    if use_cuda:
+        NCCL_OUTPUT.start()
     distributed.init_horovod(hvd, cpu_tensors=not use_cuda)
     if use_cuda:
         device = torch.device("cuda", hvd.local_rank() % torch.cuda.device_count())
         torch.cuda.set_device(device)
+        gpu.check_architecture(torch, device)
     else:
         device = torch.device("cpu")
     threads = distributed.threads_per_rank(hvd.local_size(), threads)
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
     return distributed.describe(hvd, str(device), threads), device
+
+
+def nccl_transport(rt: distributed.Runtime, device: torch.device) -> dict:
+    """Which transport NCCL chose, every rank's gathered (nccl_report):
+    rank 0 prints it, with a warning where a host's InfiniBand goes unused."""
+    # NCCL sets up its communicator and connections at its first collective:
+    # this one, if the broadcasts before it went another way.
+    hvd.allreduce(torch.zeros(1, device=device), name="nccl_report.first")
+    mine = NCCL_OUTPUT.rank_record(rt.hostname)
+    record = nccl_report.run_record(hvd.allgather_object(mine, name="nccl_report"))
+    if rt.is_root:
+        for line in nccl_report.report_lines(record):
+            console.say(line)
+    return record
 
 
 def sum_across_ranks(values: list[float], name: str) -> list[float]:
@@ -149,6 +174,7 @@ def run(config: RunConfig) -> dict:
     # Every rank starts from rank 0's weights and optimizer state.
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+    nccl = nccl_transport(rt, device) if on_cuda else None
 
     amp_dtype, use_scaler = amp_settings(device)
     scaler = torch.amp.GradScaler("cuda", enabled=use_scaler)
@@ -177,6 +203,7 @@ def run(config: RunConfig) -> dict:
         eval_batch=lambda images, labels: eval_batch(model, images, labels, device, amp_dtype),
         start_epoch=start_epoch,
         batches_per_step=passes,
+        summary_fields={"nccl": nccl},
     )
     return train_loop.fit(config, rt, steps, len(train_split), len(test_split), epochs_done,
                           "pytorch", config.model, scale, started)
@@ -275,6 +302,7 @@ def benchmark(config: RunConfig) -> dict:
             workers=0))
     optimizer = distributed_optimizer(model, config.lr, config.momentum, config.fp16_allreduce)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    nccl = nccl_transport(rt, device) if device.type == "cuda" else None
     model.train()
     mine = timed_steps.time_steps(timed_steps.horovod_step(model, optimizer, batches),
                                   config.warmup_steps, config.benchmark_steps, config.batch_size,
@@ -290,6 +318,7 @@ def benchmark(config: RunConfig) -> dict:
         "fp16_allreduce": config.fp16_allreduce,
         "parameters": sum(p.numel() for p in model.parameters()),
         "gradient_bytes": timed_steps.gradient_bytes(model, config.fp16_allreduce),
+        "nccl": nccl,
     }, measures_allreduce=True)
     if rt.is_root:
         timed_steps.write_result(config.log_dir, record)

@@ -1,0 +1,126 @@
+"""Whether this GPU host can run the build: the NVIDIA driver must support
+the CUDA release torch and Horovod were built with, and the GPU's compute
+capability must be among the architectures Horovod's CUDA kernels were
+compiled for (setup's --cuda-archs, recorded in the environment's
+horovod-build.json). Otherwise the first CUDA call fails deep inside torch
+(a driver too old makes CUDA quietly unavailable) or inside a Horovod
+kernel launch ("no kernel image is available"); the trainer says why in one
+line instead, before any rank trains."""
+
+import ctypes
+import json
+import re
+import sys
+from pathlib import Path
+
+from horovod_train.errors import UserError
+
+BUILD_RECORD = "horovod-build.json"  # docker/env/build_horovod.py writes it into the prefix
+DRIVER_VERSION_FILE = Path("/proc/driver/nvidia/version")
+# The oldest Linux driver of each CUDA major (NVIDIA's CUDA release notes):
+# minor releases of a major run on its first driver.
+FIRST_DRIVER = {12: "525.60.13", 13: "580.65.06"}
+
+
+def cuda_text(version: int) -> str:
+    """The driver API's number as a release: 12040 -> 12.4."""
+    return f"{version // 1000}.{version % 1000 // 10}"
+
+
+def driver_cuda_version() -> int | None:
+    """The CUDA release the installed driver supports (cuDriverGetVersion),
+    or None where no NVIDIA driver is installed."""
+    try:
+        libcuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    version = ctypes.c_int()
+    if libcuda.cuDriverGetVersion(ctypes.byref(version)) != 0:
+        return None
+    return version.value
+
+
+def driver_version() -> str | None:
+    """The kernel module's version, 580.65.06, where the host exposes it."""
+    try:
+        found = re.search(r"Kernel Module\s+(\d+\.\d+(?:\.\d+)?)", DRIVER_VERSION_FILE.read_text())
+    except OSError:
+        return None
+    return found[1] if found else None
+
+
+def driver_problem(supported: int, needed: str, driver: str | None) -> str | None:
+    """Why a driver that supports CUDA `supported` (12040) cannot run a build
+    for CUDA `needed` ("13.0"), or None."""
+    major, minor = (int(part) for part in needed.split(".")[:2])
+    if supported >= major * 1000 + minor * 10:
+        return None
+    first = FIRST_DRIVER.get(major)
+    return (f"the NVIDIA driver{f' {driver}' if driver else ''} supports CUDA up to "
+            f"{cuda_text(supported)}, and this build of torch and Horovod needs CUDA {needed}"
+            + (f" (driver {first} or newer)" if first else "")
+            + ": update the driver, or train on the CPU with --no-cuda")
+
+
+def arch_number(arch: str) -> int:
+    """"90a" -> 90: the capability, without the suffix of arch-specific code."""
+    return int(arch.rstrip("abcdefghijklmnopqrstuvwxyz"))
+
+
+def runs_on(capability: tuple[int, int], archs: list[str]) -> bool:
+    """Whether code compiled for `archs` (compute capabilities such as "86",
+    "90a"; the newest also as PTX) runs on a GPU of `capability`: native
+    code of the same major and no higher minor runs as it is ("a" code only
+    on its own GPU), and PTX no newer than the GPU is compiled by the driver."""
+    major, minor = capability
+    gpu = major * 10 + minor
+    for arch in archs:
+        if arch_number(arch) == gpu or (
+                arch.isdigit() and arch_number(arch) // 10 == major and arch_number(arch) <= gpu):
+            return True
+    newest = max(archs, key=arch_number)  # its PTX: portable unless arch-specific
+    return newest.isdigit() and arch_number(newest) <= gpu
+
+
+def built_archs(prefix: str = sys.prefix) -> list[str] | None:
+    """The architectures the environment's Horovod was compiled for, or None
+    (no record: a Horovod built elsewhere, or without GPU operations)."""
+    try:
+        record = json.loads((Path(prefix) / BUILD_RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+    archs = record.get("cuda_archs")
+    return archs.split(",") if archs else None
+
+
+def architecture_problem(capability: tuple[int, int], name: str, archs: list[str]) -> str | None:
+    if runs_on(capability, archs):
+        return None
+    major, minor = capability
+    newest = max(archs, key=arch_number)
+    return (f"GPU {name} has compute capability {major}.{minor}, and Horovod's CUDA kernels here "
+            f"are compiled for {', '.join('sm_' + arch for arch in archs)} (PTX compute_{newest}): "
+            f"rebuild with --cuda-archs {major}{minor},... (docker build --build-arg "
+            f"CUDA_ARCHS=...), or train on the CPU with --no-cuda")
+
+
+def check_driver(torch) -> None:
+    """A UserError of one line when the host has an NVIDIA driver too old for
+    torch's CUDA (torch would quietly report no GPU)."""
+    supported = driver_cuda_version()
+    if supported is None or not torch.version.cuda:
+        return
+    problem = driver_problem(supported, torch.version.cuda, driver_version())
+    if problem:
+        raise UserError(problem)
+
+
+def check_architecture(torch, device) -> None:
+    """A UserError of one line when Horovod's kernels cannot run on `device`."""
+    archs = built_archs()
+    if not archs:
+        return
+    problem = architecture_problem(torch.cuda.get_device_capability(device),
+                                   torch.cuda.get_device_name(device), archs)
+    if problem:
+        raise UserError(problem)

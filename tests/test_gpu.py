@@ -1,0 +1,76 @@
+"""Whether a GPU host can run the build (horovod_train/gpu.py): the rules
+for the driver's CUDA release and the GPU's compute capability, checked
+here without a GPU, and the build record the trainer reads them from."""
+
+import json
+
+import pytest
+
+from horovod_train import gpu
+
+# What the default build records: every architecture torch 2.14.1+cu130 has
+# native code for, the newest also as PTX.
+TORCH_ARCHS = ["75", "80", "86", "90", "100", "120"]
+
+
+@pytest.mark.parametrize("gpu_name, capability, runs", [
+    ("T4", (7, 5), True),
+    ("A100", (8, 0), True),
+    ("L4 (Ada)", (8, 9), True),  # sm_86 code runs on 8.9: same major, lower minor
+    ("H100", (9, 0), True),
+    ("B300", (10, 3), True),  # sm_100 code
+    ("RTX 5090", (12, 0), True),
+    ("a later GPU", (13, 0), True),  # compute_120 PTX, compiled by the driver
+    ("V100", (7, 0), False),  # older than every architecture, and than the PTX
+    ("Thor", (11, 0), False),  # no 11.x code, and the PTX is newer than 11.0
+])
+def test_a_gpu_runs_the_default_build_by_cuda_compatibility(gpu_name, capability, runs):
+    assert gpu.runs_on(capability, TORCH_ARCHS) is runs, gpu_name
+
+
+def test_arch_specific_code_runs_on_its_own_gpu_only():
+    assert gpu.runs_on((9, 0), ["90a"])
+    assert not gpu.runs_on((10, 0), ["80", "90a"])  # the PTX would be compute_90a
+    assert not gpu.runs_on((10, 3), ["100a", "120"])
+
+
+def test_a_gpu_the_build_cannot_run_is_one_line_naming_both():
+    message = gpu.architecture_problem((7, 0), "Tesla V100-SXM2-16GB", TORCH_ARCHS)
+    assert message == (
+        "GPU Tesla V100-SXM2-16GB has compute capability 7.0, and Horovod's CUDA kernels here are "
+        "compiled for sm_75, sm_80, sm_86, sm_90, sm_100, sm_120 (PTX compute_120): rebuild with "
+        "--cuda-archs 70,... (docker build --build-arg CUDA_ARCHS=...), or train on the CPU with "
+        "--no-cuda")
+    assert gpu.architecture_problem((9, 0), "H100", TORCH_ARCHS) is None
+
+
+@pytest.mark.parametrize("supported, driver, message", [
+    (13000, "580.65.06", None),
+    (13010, None, None),  # a newer driver runs older CUDA 13 builds
+    (12040, "550.54.15", "the NVIDIA driver 550.54.15 supports CUDA up to 12.4, and this build "
+                         "of torch and Horovod needs CUDA 13.0 (driver 580.65.06 or newer): "
+                         "update the driver, or train on the CPU with --no-cuda"),
+    (12080, None, "the NVIDIA driver supports CUDA up to 12.8, and this build of torch and "
+                  "Horovod needs CUDA 13.0 (driver 580.65.06 or newer): update the driver, or "
+                  "train on the CPU with --no-cuda"),
+])
+def test_a_driver_too_old_for_the_builds_cuda_is_one_line(supported, driver, message):
+    assert gpu.driver_problem(supported, "13.0", driver) == message
+
+
+def test_the_build_record_gives_the_architectures(tmp_path):
+    assert gpu.built_archs(str(tmp_path)) is None  # a Horovod built elsewhere: no check
+    record = tmp_path / gpu.BUILD_RECORD
+    record.write_text(json.dumps({"gpu_ops": "none", "cuda_archs": None}))
+    assert gpu.built_archs(str(tmp_path)) is None
+    record.write_text(json.dumps({"gpu_ops": "nccl", "cuda_archs": "75,80,86,90,100,120"}))
+    assert gpu.built_archs(str(tmp_path)) == TORCH_ARCHS
+
+
+def test_without_an_nvidia_driver_there_is_nothing_to_check():
+    """This machine has no GPU; on one with a driver the check runs for real."""
+    if gpu.driver_cuda_version() is not None:
+        pytest.skip("an NVIDIA driver is installed here")
+    import torch
+
+    gpu.check_driver(torch)  # nothing to refuse
