@@ -8,7 +8,13 @@ others' containers on that port. The containers are stopped at the end
 unless --keep is given.
 
 The keys directory (scripts/cluster_keys.sh) and the data directory must be
-at the same path on every host.
+at the same path on every host, and so must the checkout, mounted at
+/workspace, unless the image carries the code (docker/app.Dockerfile's
+horovod-train-app: --workspace none).
+
+--rdma gives the containers the hosts' InfiniBand/RoCE devices, IPC_LOCK and
+an unlimited locked-memory limit, without which NCCL's IB transport falls
+back to TCP sockets; every host is checked for /dev/infiniband first.
 """
 
 import argparse
@@ -24,29 +30,41 @@ if __package__ in (None, ""):
 
 from horovod_train.errors import ArgumentParser, RunFailed, UserError, run_main  # noqa: E402
 from horovod_train.launch.hosts import (  # noqa: E402
+    SSH_TIMEOUT_S,
+    Failed,
     Host,
     check_reachable,
+    first_problem,
     host_list,
+    on_every_host,
     parse_host_list,
     total_slots,
 )
 
 CONTAINER = "horovod-train"
+RDMA_DEVICES = "/dev/infiniband"
+# The host's RDMA devices; IPC_LOCK and no locked-memory limit, so that the
+# verbs library can pin (register) the buffers NCCL and UCX send from.
+RDMA_RUN_ARGS = ["--device", RDMA_DEVICES, "--cap-add", "IPC_LOCK",
+                 "--ulimit", "memlock=-1:-1"]
 
 
 def start_command(args, hosts: list[Host]) -> list[str]:
     command = [args.engine, "run", "-d", "--rm", "--name", CONTAINER, "--network", "host",
                "--shm-size", args.shm_size,
                "-v", f"{args.keys}:/etc/horovod/keys:ro",
-               # The image is the environment, the checkout the code.
-               "-v", f"{args.workspace}:/workspace",
                "-e", f"CLUSTER_HOSTS={' '.join(host.name for host in hosts)}",
                "-e", f"SSH_PORT={args.port}"]
+    if args.workspace != "none":
+        # The checkout is the code; with none, the image's own /workspace is.
+        command += ["-v", f"{args.workspace}:/workspace"]
     if args.gpus != "none":
         command += ["--gpus", args.gpus]
+    if args.rdma:
+        command += RDMA_RUN_ARGS
     if args.data:
         command += ["-v", f"{args.data}:/data:ro"]
-    return command + [args.image]
+    return command + args.run_args + [args.image]
 
 
 def train_command(args, hosts: list[Host]) -> list[str]:
@@ -58,6 +76,32 @@ def on(host: str, command: list[str]) -> list[str]:
     return ["ssh", "-o", "BatchMode=yes", host, shlex.join(command)]
 
 
+def rdma_problem(host: str) -> str | None:
+    """None when `host` has RDMA devices to hand its container, else why not."""
+    result = subprocess.run(on(host, ["test", "-d", RDMA_DEVICES]), capture_output=True,
+                            text=True, stdin=subprocess.DEVNULL, timeout=SSH_TIMEOUT_S)
+    if result.returncode == 0:
+        return None
+    if result.returncode == 1:  # test's answer: no such directory
+        return (f"--rdma: host {host} has no {RDMA_DEVICES} (no RDMA devices, or their "
+                "drivers are not loaded: see `ibv_devinfo` there)")
+    said = (result.stderr.strip().splitlines() or [f"exit {result.returncode}"])[-1]
+    return f"--rdma: checking {RDMA_DEVICES} on host {host} failed: {said}"
+
+
+def check_rdma(hosts: list[str]) -> None:
+    """Every host has /dev/infiniband, checked side by side: one UserError
+    naming the first that has not (docker would fail there after the other
+    hosts' containers started)."""
+    verdicts = on_every_host(rdma_problem, hosts)
+    problems = []
+    for host in hosts:
+        verdict = verdicts.get(host, Failed(f"--rdma: host {host}: no answer in time"))
+        if verdict:
+            problems.append(verdict.message if isinstance(verdict, Failed) else verdict)
+    first_problem(problems)
+
+
 def main(argv: list[str]) -> int:
     parser = ArgumentParser(prog="launch_cluster.sh", description=__doc__,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -67,8 +111,18 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--data", help="data directory on every host, mounted at /data")
     parser.add_argument("--workspace", default=str(Path(__file__).resolve().parent.parent),
                         help="the checkout on every host, mounted at /workspace "
-                             "(default: this checkout's path)")
+                             "(default: this checkout's path), or none for an image that "
+                             "carries the code (horovod-train-app)")
     parser.add_argument("--gpus", default="all", help="docker --gpus value, or none")
+    parser.add_argument("--rdma", action="store_true",
+                        help="InfiniBand/RoCE: docker run --device /dev/infiniband "
+                             "--cap-add IPC_LOCK --ulimit memlock=-1:-1 (each host is "
+                             "checked for /dev/infiniband first)")
+    parser.add_argument("--run-arg", dest="run_args", metavar="ARG", action="append",
+                        default=[],
+                        help="one more docker run argument, put before the image; repeat "
+                             "for more, and write it with = when it starts with a dash: "
+                             "--run-arg=--env=NCCL_DEBUG=INFO")
     parser.add_argument("--shm-size", default="16g")
     parser.add_argument("--port", type=int, default=12345, help="the containers' sshd port")
     parser.add_argument("--engine", default="docker", help="docker or podman on the hosts")
@@ -92,6 +146,8 @@ def main(argv: list[str]) -> int:
     # Every host answers your ssh (its own sshd and ssh_config, not the
     # containers') before any container starts.
     check_reachable([host.name for host in hosts], port=None, identity=None)
+    if args.rdma:
+        check_rdma([host.name for host in hosts])
     try:
         for step in steps[:-1]:
             subprocess.run(step, check=True, stdout=subprocess.DEVNULL)

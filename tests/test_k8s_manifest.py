@@ -1,9 +1,13 @@
 """docker/k8s/mpijob.yaml, the Kubeflow MPI Operator job, checked without a
 cluster: against the MPIJob v2beta1 schema in docker/k8s/schema/, its pod
 templates against Kubernetes' own schemas (kubernetes-validate, strict: unknown
-fields fail), and its launch command, hosts, SSH port and keys against what
-horovodrun, the trainer, the image's entrypoint and scripts/cluster_keys.sh
-expect. Each check is also shown failing on a broken copy of the manifest."""
+fields fail), and its launch command, hosts, SSH port, image and keys against
+what horovodrun, the trainer, the images (docker/Dockerfile, and
+docker/app.Dockerfile's, which carries the code), the image's entrypoint and
+scripts/cluster_keys.sh expect. Each check is also shown failing on a broken
+copy of the manifest. The InfiniBand/RoCE variant, `kubectl kustomize
+docker/k8s` (rendered for real), passes the same checks and adds IPC_LOCK and
+an RDMA device to the workers, and nothing else."""
 
 import copy
 import fnmatch
@@ -26,6 +30,9 @@ MANIFEST_FILE = REPO / "docker" / "k8s" / "mpijob.yaml"
 MANIFEST = yaml.safe_load(MANIFEST_FILE.read_text())
 SCHEMA = json.loads((REPO / "docker" / "k8s" / "schema" / "mpijob-v2beta1.json").read_text())
 DOCKERFILE = (REPO / "docker" / "Dockerfile").read_text()
+# The image the pods run: the environment image plus the code.
+APP_DOCKERFILE = (REPO / "docker" / "app.Dockerfile").read_text()
+APP_IMAGE = "horovod-train-app"
 ENTRYPOINT = (REPO / "docker" / "entrypoint.sh").read_text()
 # The oldest and the newest Kubernetes whose schemas kubernetes-validate ships.
 K8S_VERSIONS = ("1.25.0", kubernetes_validate.latest_version())
@@ -87,6 +94,16 @@ def dockerfile_final_stage():
     return DOCKERFILE.split("\nFROM ")[-1]
 
 
+def image_setting(pattern):
+    """The app image's setting: app.Dockerfile's own if it sets one, else the
+    environment image's, which it inherits."""
+    for text in (APP_DOCKERFILE, dockerfile_final_stage()):
+        found = re.findall(pattern, text, re.M)
+        if found:
+            return found[-1]
+    return None
+
+
 def schema_errors(job):
     validator = jsonschema.Draft202012Validator(SCHEMA)
     return sorted(f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
@@ -141,10 +158,15 @@ def problems(job):
 
     # Every container starts through the image's entrypoint (host key, keys,
     # ssh config, sshd): a worker without a command would get "sshd -De".
-    entrypoint = re.search(r'^ENTRYPOINT \["([^"]+)"\]', dockerfile_final_stage(), re.M).group(1)
-    workdir = re.findall(r"^WORKDIR (\S+)", dockerfile_final_stage(), re.M)[-1]
+    entrypoint = image_setting(r'^ENTRYPOINT \["([^"]+)"\]')
+    workdir = image_setting(r"^WORKDIR (\S+)")
     for kind in ("Launcher", "Worker"):
         main = container(job, kind)
+        # The code comes with the image: docker/app.Dockerfile's.
+        name = main.get("image", "").rsplit("/", 1)[-1].split(":")[0]
+        if name != APP_IMAGE:
+            found.append(f"{kind} image {main.get('image')} is not {APP_IMAGE}, "
+                         "the image that carries the code")
         if main.get("command", [None])[0] != entrypoint:
             found.append(f"{kind} does not start with the image's entrypoint {entrypoint}")
         if main.get("workingDir", workdir) != workdir:
@@ -159,10 +181,13 @@ def problems(job):
         script = command[1]
         if not (REPO / script).is_file():
             found.append(f"{script} is not in the repository")
-        # The image holds no code: the checkout is a volume at its workdir.
+        # The app image copies the repository to its workdir, where the
+        # script is read: a volume mounted there would hide it.
+        if not re.search(rf"^COPY \. {re.escape(workdir)}/?$", APP_DOCKERFILE, re.M):
+            found.append(f"docker/app.Dockerfile does not copy the repository to {workdir}")
         for kind in ("Launcher", "Worker"):
-            if volume_for(job, kind, workdir) is None:
-                found.append(f"{kind}: no volume with the checkout at {workdir}, "
+            if volume_for(job, kind, workdir) is not None:
+                found.append(f"{kind}: a volume at {workdir} hides the image's code, "
                              f"where {script} is read")
         try:
             trainer = trainer_parse_args(command[2:])
@@ -349,8 +374,11 @@ def _env(kind, name, value):
     (lambda job: _args(job, "horovod_train/pytorch_mnist.py", "horovod_train/mnist_torch.py"),
      "horovod_train/mnist_torch.py is not in the repository"),
     (lambda job: _args(job, "--no-progress", "--no-progres-bar"), "the trainer rejects"),
-    (lambda job: container(job, "Worker")["volumeMounts"].pop(),
-     "Worker: no volume with the checkout"),
+    (lambda job: container(job, "Worker")["volumeMounts"].append(
+        {"name": "data", "mountPath": "/workspace"}), "Worker: a volume at /workspace hides"),
+    (lambda job: container(job, "Launcher").update(
+        image="registry.example.com/horovod-train:latest"),
+     "Launcher image registry.example.com/horovod-train:latest is not horovod-train-app"),
     (lambda job: _args(job, "/data", "/dataset"), "--data-dir /dataset is not mounted"),
     (lambda job: _args(job, "/etc/mpi/hostfile", "/etc/hostfile"), "--hostfile /etc/hostfile"),
     (lambda job: container(job, "Worker").pop("command"), "Worker does not start with"),
@@ -454,3 +482,56 @@ def test_ssh_config_the_entrypoint_writes_reaches_the_hostfile_names(tmp_path):
         assert settings["port"] == launcher["SSH_PORT"] == "12345"
         assert settings["identityfile"] == "/root/.ssh/id_ed25519"
         assert settings["stricthostkeychecking"] == "accept-new"
+
+
+# --- (d) the InfiniBand/RoCE variant: kubectl kustomize docker/k8s -------------
+
+RDMA_RESOURCE = "rdma/rdma_shared_device_a"  # docker/k8s/rdma/worker-rdma.yaml's
+
+
+@pytest.fixture(scope="module")
+def rdma_job():
+    """`kubectl kustomize docker/k8s`, run for real (kustomize is built into
+    kubectl; no cluster needed): what `kubectl apply -k docker/k8s` applies."""
+    if shutil.which("kubectl") is None:
+        pytest.skip("needs kubectl, whose built-in kustomize renders the RDMA variant")
+    run = subprocess.run(["kubectl", "kustomize", str(MANIFEST_FILE.parent)],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    documents = list(yaml.safe_load_all(run.stdout))
+    assert len(documents) == 1, [d.get("kind") for d in documents]
+    return documents[0]
+
+
+def without_rdma(job):
+    """The job less what the RDMA component adds to the worker container."""
+    job = copy.deepcopy(job)
+    worker = container(job, "Worker")
+    capabilities = worker.get("securityContext", {}).get("capabilities", {})
+    if capabilities.get("add") == ["IPC_LOCK"]:
+        del worker["securityContext"]
+    worker["resources"]["limits"].pop(RDMA_RESOURCE, None)
+    return job
+
+
+def test_rdma_variant_is_a_valid_mpijob(rdma_job):
+    assert rdma_job["kind"] == "MPIJob"
+    assert schema_errors(rdma_job) == []
+    for version in K8S_VERSIONS:
+        assert pod_template_errors(rdma_job, version) == {}
+    assert problems(rdma_job) == []
+
+
+def test_rdma_variant_gives_the_workers_ipc_lock_and_an_rdma_device(rdma_job):
+    worker = container(rdma_job, "Worker")
+    assert worker["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
+    assert worker["resources"]["limits"][RDMA_RESOURCE] == 1
+    # The launcher runs no rank: no RDMA there.
+    assert container(rdma_job, "Launcher") == container(MANIFEST, "Launcher")
+
+
+def test_rdma_variant_is_the_plain_job_and_that_only(rdma_job):
+    assert without_rdma(rdma_job) == MANIFEST
+    # The plain path (kubectl apply -f docker/k8s/mpijob.yaml) has none of it.
+    assert without_rdma(MANIFEST) == MANIFEST
+    assert "securityContext" not in container(MANIFEST, "Worker")
