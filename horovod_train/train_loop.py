@@ -1,20 +1,21 @@
 """The one epoch loop of every trainer: PyTorch, PyTorch elastic, TensorFlow
-and MXNet hand in their own calls as a Steps, and everything else is shared: the learning-rate
-schedule, metrics summed over ranks, rank 0's checkpoints, logs and lines,
-the stop at --target-accuracy, and the closing summary, with the same
-fields whatever the framework.
+and MXNet each implement a Trainer (their model, optimizer, data and
+collectives), and everything else is shared: the learning-rate schedule,
+metrics summed over ranks, rank 0's checkpoints, logs and lines, the stop at
+--target-accuracy, and the closing summary, with the same fields whatever
+the framework.
 
 A framework's train_batch may return device tensors (PyTorch does): the
 loop only adds them up, so nothing waits for the device until the epoch's
 end, and the allreduces that backward() starts overlap the rest of the step.
 """
 
+import abc
 import functools
 import itertools
 import math
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 from horovod_train import console, distributed, lr_schedule, metrics, watchdog
@@ -28,30 +29,79 @@ def no_op(*_) -> None:
     pass
 
 
-@dataclass
-class Steps:
-    """A framework's side of training."""
+class Trainer(abc.ABC):
+    """A framework's side of training, as the loop calls it. A subclass sets
+    the attributes below in its constructor and implements the abstract
+    methods; the others have the behaviour most trainers want."""
 
+    framework: str  # summary.json's "framework": pytorch, tensorflow, mxnet
+    model_name: str
+    n_train: int  # images in the whole training split, and in the test split
+    n_test: int
+    lr_scale: float  # the peak learning rate as a multiple of --lr (lr_schedule.lr_scale)
     batches_per_epoch: int  # the same on every rank: the shards are padded
-    epoch_batches: Callable[[int], Iterable]  # this rank's training batches of an epoch
-    train_batch: Callable[[Any, Any], BatchSums]  # forward, backward, and the step when due
-    eval_batches: Callable[[], Iterable]  # this rank's disjoint slice of the test split
-    eval_batch: Callable[[Any, Any], BatchSums]
-    set_lr: Callable[[float], None]
-    sum_across_ranks: Callable[[list[float], str], list[float]]
-    average_buffers: Callable[[], None]  # batch-norm statistics, averaged over ranks
-    save_checkpoint: Callable[[int, dict], None]  # epochs done, extra; rank 0 only
-    digest: Callable[[], str]  # of the weights, to show every rank ends with the same
-    allgather_object: Callable
-    start_epoch: Callable[[int], None] = no_op  # training mode, the epoch's random draws
-    start_eval: Callable[[], None] = no_op
-    end_epoch: Callable[[int], None] = no_op  # after the epoch's checkpoint (elastic: commit)
     batches_per_step: int = 1  # batches whose gradients one optimizer step averages
-    # The learning rate at an optimizer step; by default the schedule of
-    # lr_schedule over the run's epochs (elastic counts samples instead).
-    lr_at: Callable[[int], float] | None = None
-    # The framework's own entries of summary.json (PyTorch on GPUs: "nccl").
-    summary_fields: dict = field(default_factory=dict)
+
+    @abc.abstractmethod
+    def epoch_batches(self, epoch: int) -> Iterable:
+        """This rank's training batches of `epoch`, (images, labels) each."""
+
+    @abc.abstractmethod
+    def train_batch(self, images, labels) -> BatchSums:
+        """Forward, backward, and the optimizer step when one is due."""
+
+    @abc.abstractmethod
+    def eval_batches(self) -> Iterable:
+        """This rank's disjoint slice of the test split, as batches."""
+
+    @abc.abstractmethod
+    def eval_batch(self, images, labels) -> BatchSums:
+        """The batch's sums in inference mode."""
+
+    @abc.abstractmethod
+    def set_lr(self, lr: float) -> None:
+        """The optimizer's learning rate from now on."""
+
+    @abc.abstractmethod
+    def sum_across_ranks(self, values: list[float], name: str) -> list[float]:
+        """Each value summed over all ranks (an allreduce)."""
+
+    @abc.abstractmethod
+    def allgather_object(self, obj, name: str) -> list:
+        """Every rank's `obj`, in rank order (hvd.allgather_object)."""
+
+    @abc.abstractmethod
+    def average_buffers(self) -> None:
+        """Batch-norm statistics, averaged over ranks before evaluation."""
+
+    @abc.abstractmethod
+    def save_checkpoint(self, epochs_done: int, extra: dict) -> None:
+        """Rank 0's checkpoint after `epochs_done` epochs; `extra` goes in it."""
+
+    @abc.abstractmethod
+    def digest(self) -> str:
+        """A digest of the weights, to show every rank ends with the same."""
+
+    def start_epoch(self, epoch: int) -> None:
+        """Before an epoch's first batch (training mode, the epoch's random draws)."""
+        return None  # nothing, unless a trainer needs it
+
+    def start_eval(self) -> None:
+        """Before evaluation (inference mode)."""
+        return None  # nothing, unless a trainer needs it
+
+    def end_epoch(self, epoch: int) -> None:
+        """After the epoch's checkpoint (elastic: commit)."""
+        return None  # nothing, unless a trainer needs it
+
+    def learning_rate(self, step: int, scheduled: Callable[[int], float]) -> float:
+        """The learning rate at optimizer step `step`: the run's schedule over
+        its epochs (`scheduled`), unless a trainer counts otherwise."""
+        return scheduled(step)
+
+    def summary_fields(self) -> dict:
+        """The framework's own entries of summary.json (PyTorch on GPUs: "nccl")."""
+        return {}
 
 
 def train_epoch(train_batch: Callable[[Any, Any], BatchSums], set_lr: Callable[[float], None],
@@ -72,44 +122,47 @@ def train_epoch(train_batch: Callable[[Any, Any], BatchSums], set_lr: Callable[[
     return float(loss_sum), float(correct), count
 
 
-def evaluate(steps: Steps, after_batch: Callable[[], None] = no_op) -> dict:
+def evaluate(trainer: Trainer, after_batch: Callable[[], None] = no_op) -> dict:
     """Test loss and accuracy: each rank scores its slice, the sums over
     ranks are exact."""
-    steps.start_eval()
+    trainer.start_eval()
     loss_sum = correct = 0
     count = 0
-    for images, labels in steps.eval_batches():
-        batch_loss, batch_correct, images_in_batch = steps.eval_batch(images, labels)
+    for images, labels in trainer.eval_batches():
+        batch_loss, batch_correct, images_in_batch = trainer.eval_batch(images, labels)
         loss_sum = loss_sum + batch_loss
         correct = correct + batch_correct
         count += images_in_batch
         after_batch()
-    loss_sum, correct, count = steps.sum_across_ranks(
+    loss_sum, correct, count = trainer.sum_across_ranks(
         [float(loss_sum), float(correct), float(count)], "eval")
     return {"test_loss": loss_sum / count, "test_accuracy": correct / count}
 
 
-def write_epoch(rt, log: metrics.MetricsLog, steps: Steps, record: dict) -> None:
+def write_epoch(rt, log: metrics.MetricsLog, trainer: Trainer, record: dict) -> None:
     """Rank 0's files of an epoch: its metrics line, then the checkpoint, so
     that the last checkpoint never runs ahead of the metrics."""
     if rt.is_root:
         log.log_epoch(record)
-        steps.save_checkpoint(record["epoch"], {"metrics": record, "world_size": rt.size})
+        trainer.save_checkpoint(record["epoch"], {"metrics": record, "world_size": rt.size})
 
 
-def fit(config: RunConfig, rt, steps: Steps, n_train: int, n_test: int, epochs_done: int,
-        framework: str, model_name: str, lr_scale: float, started: float) -> dict:
+def fit(config: RunConfig, rt, trainer: Trainer, epochs_done: int, started: float) -> dict:
     """Train from `epochs_done` to config.epochs, or to the first epoch that
-    reaches config.target_accuracy; return the run's summary."""
-    steps_per_epoch = steps.batches_per_epoch // steps.batches_per_step
+    reaches config.target_accuracy; return the run's summary. `started` is
+    the trainer's start on time.perf_counter()'s clock (the summary's wall
+    time counts from it)."""
+    steps_per_epoch = trainer.batches_per_epoch // trainer.batches_per_step
     log = metrics.MetricsLog(config.log_dir, enabled=rt.is_root, epochs_done=epochs_done)
-    metrics.announce(rt, framework, model_name, n_train, n_test, config.lr, lr_scale, epochs_done)
+    metrics.announce(rt, trainer.framework, trainer.model_name, trainer.n_train, trainer.n_test,
+                     config.lr, trainer.lr_scale, epochs_done)
 
     def scheduled_lr(step: int) -> float:
-        return lr_schedule.learning_rate(step, steps_per_epoch, config.epochs, config.lr, lr_scale,
-                                         config.warmup_epochs)
+        return lr_schedule.learning_rate(step, steps_per_epoch, config.epochs, config.lr,
+                                         trainer.lr_scale, config.warmup_epochs)
 
-    lr_at = steps.lr_at or scheduled_lr
+    def lr_at(step: int) -> float:
+        return trainer.learning_rate(step, scheduled_lr)
 
     images_seen, step_seconds = 0, 0.0
     test_metrics = {"test_loss": math.nan, "test_accuracy": math.nan}
@@ -118,10 +171,10 @@ def fit(config: RunConfig, rt, steps: Steps, n_train: int, n_test: int, epochs_d
     training_started = time.perf_counter()  # options.TIMES_EPILOG
     # Elastic runs leave lost ranks to Horovod Elastic (its own timeouts).
     stall_limit = 0 if config.elastic else config.stall_limit
-    with watchdog.watching(stall_limit, rt.rank, rt.hostname, steps.allgather_object) as dog:
+    with watchdog.watching(stall_limit, rt.rank, rt.hostname, trainer.allgather_object) as dog:
         for epoch in range(epochs_done, config.epochs):
-            steps.start_epoch(epoch)
-            bar = console.progress(steps.batches_per_epoch,
+            trainer.start_epoch(epoch)
+            bar = console.progress(trainer.batches_per_epoch,
                                    f"epoch {epoch + 1}/{config.epochs}",
                                    enabled=rt.is_root and not config.no_progress,
                                    every_s=config.progress_every)
@@ -132,17 +185,17 @@ def fit(config: RunConfig, rt, steps: Steps, n_train: int, n_test: int, epochs_d
 
             tic = time.perf_counter()
             loss_sum, correct, count = train_epoch(
-                steps.train_batch, steps.set_lr,
-                itertools.islice(steps.epoch_batches(epoch), steps.batches_per_epoch), lr_at,
-                first_step=epoch * steps_per_epoch, batches_per_step=steps.batches_per_step,
+                trainer.train_batch, trainer.set_lr,
+                itertools.islice(trainer.epoch_batches(epoch), trainer.batches_per_epoch), lr_at,
+                first_step=epoch * steps_per_epoch, batches_per_step=trainer.batches_per_step,
                 after_batch=after_batch)
             epoch_seconds = time.perf_counter() - tic
             bar.close()
             images_seen += count
             step_seconds += epoch_seconds
 
-            steps.average_buffers()
-            test_metrics = evaluate(steps, dog.beat)
+            trainer.average_buffers()
+            test_metrics = evaluate(trainer, dog.beat)
             # Every rank sees the same accuracy (summed over ranks), so all stop together.
             reached = (config.target_accuracy is not None
                        and test_metrics["test_accuracy"] >= config.target_accuracy)
@@ -151,13 +204,13 @@ def fit(config: RunConfig, rt, steps: Steps, n_train: int, n_test: int, epochs_d
                               time_to_target_s=time.perf_counter() - training_started)
             record = metrics.epoch_record(
                 epoch + 1, lr_at((epoch + 1) * steps_per_epoch - 1),
-                steps.sum_across_ranks([loss_sum, correct, count, count / epoch_seconds],
+                trainer.sum_across_ranks([loss_sum, correct, count, count / epoch_seconds],
                                        f"train.{epoch}"),
                 test_metrics, epoch_seconds)
             # Every rank learns if rank 0 could not write (a full disk), and all
             # end with its one line instead of waiting in their next collective.
-            distributed.check_all_ranks(steps.allgather_object, rt.rank,
-                                        functools.partial(write_epoch, rt, log, steps, record),
+            distributed.check_all_ranks(trainer.allgather_object, rt.rank,
+                                        functools.partial(write_epoch, rt, log, trainer, record),
                                         "epoch outputs")
             dog.beat()
             if rt.is_root:
@@ -165,18 +218,19 @@ def fit(config: RunConfig, rt, steps: Steps, n_train: int, n_test: int, epochs_d
                 if reached:
                     console.say(f"reached test accuracy {config.target_accuracy} after epoch "
                                 f"{epoch + 1}, {target['time_to_target_s']:.1f} s of training")
-            steps.end_epoch(epoch)
+            trainer.end_epoch(epoch)
             if reached:
                 break
         train_seconds = time.perf_counter() - training_started
         log.close()
         if epochs_done >= config.epochs:
-            test_metrics = evaluate(steps, dog.beat)
+            test_metrics = evaluate(trainer, dog.beat)
 
-        mine = metrics.rank_figures(rt, images_seen, step_seconds, train_seconds, steps.digest())
-        ranks = steps.allgather_object(mine, name="summary")
-    summary = metrics.build_summary(framework, model_name, rt, ranks, test_metrics, config.epochs,
-                                    epochs_done, time.perf_counter() - started, config)
+        mine = metrics.rank_figures(rt, images_seen, step_seconds, train_seconds, trainer.digest())
+        ranks = trainer.allgather_object(mine, name="summary")
+    summary = metrics.build_summary(trainer.framework, trainer.model_name, rt, ranks, test_metrics,
+                                    config.epochs, epochs_done, time.perf_counter() - started,
+                                    config)
     summary.update(target)
-    summary.update(steps.summary_fields)
+    summary.update(trainer.summary_fields())
     return metrics.finish_run(rt, config.log_dir, summary)

@@ -13,7 +13,7 @@ import numpy as np
 from mxnet import autograd, gluon
 from mxnet.gluon import nn
 
-from horovod_train import array_checkpoint, array_data, distributed, metrics, train_loop
+from horovod_train import array_checkpoint, array_data, distributed, metrics, mnist, train_loop
 from horovod_train.errors import UserError
 from horovod_train.lr_schedule import lr_scale
 from horovod_train.options import RunConfig
@@ -47,6 +47,113 @@ def build_model() -> nn.HybridSequential:
     return net
 
 
+class MXNetTrainer(train_loop.Trainer):
+    """MXNet's side of the loop: a hybridized Gluon network stepped by
+    hvd.DistributedTrainer, its parameters and the optimizer's state in an
+    array checkpoint, the collectives of horovod.mxnet."""
+
+    framework = "mxnet"
+    model_name = MODEL_NAME
+
+    def __init__(self, config: RunConfig, rt: distributed.Runtime, context, train: mnist.Split,
+                 test: mnist.Split):
+        self.config, self.rt, self.context, self.train, self.test = (config, rt, context, train,
+                                                                     test)
+        self.n_train, self.n_test = len(train), len(test)
+        self.lr_scale = lr_scale(rt.size, False, rt.local_size, on_gpu=rt.device != "cpu")
+        self.batches_per_epoch = array_data.batches_per_epoch(train, rt.size, config.batch_size)
+        self.net = build_model()
+        self.net.initialize(mx.init.Xavier(magnitude=2.24), ctx=context)
+        self.net.hybridize(static_alloc=True)
+        self.params = self.net.collect_params()
+        self.trainer = hvd.DistributedTrainer(
+            self.params, "sgd", {"learning_rate": config.lr, "momentum": config.momentum},
+            compression=hvd.Compression.fp16 if config.fp16_allreduce else hvd.Compression.none)
+        self.loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+        self.checkpoint_path = array_checkpoint.checkpoint_path(config.checkpoint_dir)
+
+    def state_arrays(self) -> dict[str, np.ndarray]:
+        arrays = {name: p.data(self.context).asnumpy() for name, p in sorted(self.params.items())}
+        arrays[TRAINER_STATES] = np.frombuffer(trainer_states(self.trainer), dtype=np.uint8)
+        return arrays
+
+    def restore(self) -> int:
+        """Rank 0's checkpoint, if any, into the parameters and the
+        optimizer's state; the epochs it holds."""
+        if not self.checkpoint_path.exists():
+            return 0
+        shapes = {name: tuple(p.shape) for name, p in self.params.items()}
+        shapes[TRAINER_STATES] = None  # bytes of any length
+        epochs_done, arrays = array_checkpoint.load(self.checkpoint_path, "mxnet", MODEL_NAME,
+                                                    shapes)
+        for name, value in arrays.items():
+            if name != TRAINER_STATES:
+                self.params[name].set_data(mx.nd.array(value, ctx=self.context))
+        load_trainer_states(self.trainer, arrays[TRAINER_STATES].tobytes())
+        return epochs_done
+
+    def broadcast_from_root(self, resumed: bool) -> None:
+        """Every rank starts from rank 0's weights, and the optimizer's
+        state of a resumed run."""
+        if resumed:
+            states = hvd.broadcast_object(
+                trainer_states(self.trainer) if self.rt.is_root else None, root_rank=0,
+                name="trainer_states")
+            load_trainer_states(self.trainer, states)
+        hvd.broadcast_parameters(self.params, root_rank=0)
+
+    def as_arrays(self, images: np.ndarray, labels: np.ndarray):
+        return (mx.nd.array(images[:, np.newaxis], ctx=self.context),
+                mx.nd.array(labels, ctx=self.context))
+
+    def epoch_batches(self, epoch: int):
+        return array_data.epoch_batches(self.train, self.rt.rank, self.rt.size, epoch,
+                                        self.config.seed, self.config.batch_size)
+
+    def train_batch(self, images, labels) -> train_loop.BatchSums:
+        x, y = self.as_arrays(images, labels)
+        with autograd.record():
+            output = self.net(x)
+            loss = self.loss_fn(output, y)
+        loss.backward()
+        self.trainer.step(len(labels))  # gradient of the mean loss, averaged over ranks
+        return float(loss.sum().asscalar()), count_correct(output, y), len(labels)
+
+    def eval_batches(self):
+        return array_data.eval_batches(self.test, self.rt.rank, self.rt.size,
+                                       self.config.test_batch_size)
+
+    def eval_batch(self, images, labels) -> train_loop.BatchSums:
+        x, y = self.as_arrays(images, labels)
+        output = self.net(x)
+        loss = float(self.loss_fn(output, y).sum().asscalar())
+        return loss, count_correct(output, y), len(labels)
+
+    def set_lr(self, lr: float) -> None:
+        self.trainer.set_learning_rate(lr)
+
+    def sum_across_ranks(self, values: list[float], name: str) -> list[float]:
+        summed = hvd.allreduce(mx.nd.array(values, dtype="float64"), average=False, name=name)
+        return summed.asnumpy().tolist()
+
+    def allgather_object(self, obj, name: str) -> list:
+        return hvd.allgather_object(obj, name=name)
+
+    def average_buffers(self) -> None:
+        for name, p in self.params.items():
+            if p.grad_req == "null":  # batch-norm running statistics
+                p.set_data(hvd.allreduce(p.data(self.context), average=True,
+                                         name=f"buffer.{name}"))
+
+    def save_checkpoint(self, epochs_done: int, extra: dict) -> None:
+        array_checkpoint.save(self.config.checkpoint_dir, "mxnet", MODEL_NAME, epochs_done,
+                              self.state_arrays(), extra)
+
+    def digest(self) -> str:
+        return distributed.digest(
+            (name, p.data(self.context).asnumpy()) for name, p in sorted(self.params.items()))
+
+
 def run(config: RunConfig) -> dict:
     started = time.perf_counter()
     use_gpu = not config.no_cuda and mx.context.num_gpus() > 0
@@ -60,93 +167,11 @@ def run(config: RunConfig) -> dict:
         raise UserError("--use-adasum: Horovod's MXNet DistributedTrainer has no Adasum "
                         "(use the PyTorch or TensorFlow trainer)")
     train, test = distributed.prepare_run(hvd, rt, config)
-
-    net = build_model()
-    net.initialize(mx.init.Xavier(magnitude=2.24), ctx=context)
-    net.hybridize(static_alloc=True)
-    params = net.collect_params()
-    trainer = hvd.DistributedTrainer(
-        params, "sgd", {"learning_rate": config.lr, "momentum": config.momentum},
-        compression=hvd.Compression.fp16 if config.fp16_allreduce else hvd.Compression.none)
-    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
-    path = array_checkpoint.checkpoint_path(config.checkpoint_dir)
-
-    def state_arrays() -> dict[str, np.ndarray]:
-        arrays = {name: p.data(context).asnumpy() for name, p in sorted(params.items())}
-        arrays[TRAINER_STATES] = np.frombuffer(trainer_states(trainer), dtype=np.uint8)
-        return arrays
-
-    def restore() -> int:
-        if not path.exists():
-            return 0
-        shapes = {name: tuple(p.shape) for name, p in params.items()}
-        shapes[TRAINER_STATES] = None  # bytes of any length
-        epochs_done, arrays = array_checkpoint.load(path, "mxnet", MODEL_NAME, shapes)
-        for name, value in arrays.items():
-            if name != TRAINER_STATES:
-                params[name].set_data(mx.nd.array(value, ctx=context))
-        load_trainer_states(trainer, arrays[TRAINER_STATES].tobytes())
-        return epochs_done
-
-    epochs_done = 0
-    if config.resume:
-        epochs_done = distributed.resume_on_root(hvd, rt, restore)
-        if epochs_done:
-            states = hvd.broadcast_object(trainer_states(trainer) if rt.is_root else None,
-                                          root_rank=0, name="trainer_states")
-            load_trainer_states(trainer, states)
-    metrics.note_checkpoint(rt, path, config.resume)
-    # Every rank starts from rank 0's weights.
-    hvd.broadcast_parameters(params, root_rank=0)
-
-    def train_batch(images: np.ndarray, labels: np.ndarray) -> train_loop.BatchSums:
-        x = mx.nd.array(images[:, np.newaxis], ctx=context)
-        y = mx.nd.array(labels, ctx=context)
-        with autograd.record():
-            output = net(x)
-            loss = loss_fn(output, y)
-        loss.backward()
-        trainer.step(len(labels))  # gradient of the mean loss, averaged over ranks
-        return float(loss.sum().asscalar()), count_correct(output, y), len(labels)
-
-    def eval_batch(images: np.ndarray, labels: np.ndarray) -> train_loop.BatchSums:
-        x = mx.nd.array(images[:, np.newaxis], ctx=context)
-        y = mx.nd.array(labels, ctx=context)
-        output = net(x)
-        return float(loss_fn(output, y).sum().asscalar()), count_correct(output, y), len(labels)
-
-    def average_buffers():
-        for name, p in params.items():
-            if p.grad_req == "null":  # batch-norm running statistics
-                p.set_data(hvd.allreduce(p.data(context), average=True, name=f"buffer.{name}"))
-
-    def sum_across_ranks(values, name):
-        summed = hvd.allreduce(mx.nd.array(values, dtype="float64"), average=False, name=name)
-        return summed.asnumpy().tolist()
-
-    def save_checkpoint(epochs_done: int, extra: dict):
-        array_checkpoint.save(config.checkpoint_dir, "mxnet", MODEL_NAME, epochs_done,
-                              state_arrays(), extra)
-
-    steps = train_loop.Steps(
-        batches_per_epoch=array_data.batches_per_epoch(train, rt.size, config.batch_size),
-        epoch_batches=lambda epoch: array_data.epoch_batches(train, rt.rank, rt.size, epoch,
-                                                             config.seed, config.batch_size),
-        train_batch=train_batch,
-        eval_batches=lambda: array_data.eval_batches(test, rt.rank, rt.size,
-                                                     config.test_batch_size),
-        eval_batch=eval_batch,
-        set_lr=trainer.set_learning_rate,
-        sum_across_ranks=sum_across_ranks,
-        average_buffers=average_buffers,
-        save_checkpoint=save_checkpoint,
-        digest=lambda: distributed.digest(
-            (name, p.data(context).asnumpy()) for name, p in sorted(params.items())),
-        allgather_object=hvd.allgather_object,
-    )
-    scale = lr_scale(rt.size, False, rt.local_size, on_gpu=use_gpu)
-    return train_loop.fit(config, rt, steps, len(train), len(test), epochs_done, "mxnet",
-                          MODEL_NAME, scale, started)
+    trainer = MXNetTrainer(config, rt, context, train, test)
+    epochs_done = distributed.resume_on_root(hvd, rt, trainer.restore) if config.resume else 0
+    metrics.note_checkpoint(rt, trainer.checkpoint_path, config.resume)
+    trainer.broadcast_from_root(resumed=epochs_done > 0)
+    return train_loop.fit(config, rt, trainer, epochs_done, started)
 
 
 def count_correct(output, labels) -> float:

@@ -7,7 +7,7 @@ import horovod.tensorflow as hvd
 import numpy as np
 import tensorflow as tf
 
-from horovod_train import array_checkpoint, array_data, distributed, metrics, train_loop
+from horovod_train import array_checkpoint, array_data, distributed, metrics, mnist, train_loop
 from horovod_train.lr_schedule import lr_scale
 from horovod_train.options import RunConfig
 
@@ -62,95 +62,117 @@ def model_arrays(model: tf.keras.Model, optimizer) -> dict[str, tf.Variable]:
     return named
 
 
+class TensorFlowTrainer(train_loop.Trainer):
+    """TensorFlow's side of the loop: a Keras model stepped with
+    hvd.DistributedGradientTape in a tf.function, its variables in an array
+    checkpoint, the collectives of horovod.tensorflow."""
+
+    framework = "tensorflow"
+    model_name = MODEL_NAME
+
+    def __init__(self, config: RunConfig, rt: distributed.Runtime, train: mnist.Split,
+                 test: mnist.Split):
+        self.config, self.rt, self.train, self.test = config, rt, train, test
+        self.n_train, self.n_test = len(train), len(test)
+        self.lr_scale = lr_scale(rt.size, config.use_adasum, rt.local_size,
+                                 on_gpu=rt.device != "cpu")
+        self.batches_per_epoch = array_data.batches_per_epoch(train, rt.size, config.batch_size)
+        self.model = build_model()
+        self.optimizer = tf.keras.optimizers.SGD(learning_rate=config.lr,
+                                                 momentum=config.momentum)
+        self.optimizer.build(self.model.trainable_variables)  # creates the momentum slots now
+        self.variables = model_arrays(self.model, self.optimizer)
+        self.checkpoint_path = array_checkpoint.checkpoint_path(config.checkpoint_dir)
+        self.compression = hvd.Compression.fp16 if config.fp16_allreduce else hvd.Compression.none
+        self.op = hvd.Adasum if config.use_adasum else hvd.Average
+        self.loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True,
+                                                                     reduction="sum")
+        self.train_step = tf.function(self.gradient_step, reduce_retracing=True)
+        self.eval_step = tf.function(self.inference_step, reduce_retracing=True)
+
+    def restore(self) -> int:
+        """Rank 0's checkpoint, if any, into the variables; the epochs it holds."""
+        if not self.checkpoint_path.exists():
+            return 0
+        shapes = {name: tuple(v.shape) for name, v in self.variables.items()}
+        epochs_done, arrays = array_checkpoint.load(self.checkpoint_path, "tensorflow",
+                                                    MODEL_NAME, shapes)
+        for name, value in arrays.items():
+            self.variables[name].assign(value)
+        return epochs_done
+
+    def broadcast_from_root(self) -> None:
+        """Every rank starts from rank 0's weights and optimizer state."""
+        hvd.broadcast_variables(self.model.variables, root_rank=0)
+        hvd.broadcast_variables(self.optimizer.variables, root_rank=0)
+
+    def gradient_step(self, images, labels):
+        with tf.GradientTape() as tape:
+            logits = self.model(images, training=True)
+            loss = self.loss_fn(labels, logits)
+            # The mean is what is averaged across ranks; the sum is reported.
+            mean_loss = loss / tf.cast(tf.shape(labels)[0], loss.dtype)
+        tape = hvd.DistributedGradientTape(tape, compression=self.compression, op=self.op)
+        gradients = tape.gradient(mean_loss, self.model.trainable_variables)
+        self.optimizer.apply_gradients(zip(gradients, self.model.trainable_variables, strict=True))
+        return loss, count_correct(logits, labels)
+
+    def inference_step(self, images, labels):
+        logits = self.model(images, training=False)
+        return self.loss_fn(labels, logits), count_correct(logits, labels)
+
+    def epoch_batches(self, epoch: int):
+        return array_data.epoch_batches(self.train, self.rt.rank, self.rt.size, epoch,
+                                        self.config.seed, self.config.batch_size)
+
+    def train_batch(self, images, labels) -> train_loop.BatchSums:
+        loss, correct = self.train_step(*as_tensors(images, labels))
+        return float(loss), float(correct), len(labels)
+
+    def eval_batches(self):
+        return array_data.eval_batches(self.test, self.rt.rank, self.rt.size,
+                                       self.config.test_batch_size)
+
+    def eval_batch(self, images, labels) -> train_loop.BatchSums:
+        loss, correct = self.eval_step(*as_tensors(images, labels))
+        return float(loss), float(correct), len(labels)
+
+    def set_lr(self, lr: float) -> None:
+        self.optimizer.learning_rate.assign(lr)
+
+    def sum_across_ranks(self, values: list[float], name: str) -> list[float]:
+        summed = hvd.allreduce(tf.constant(values, dtype=tf.float64), op=hvd.Sum, name=name)
+        return summed.numpy().tolist()
+
+    def allgather_object(self, obj, name: str) -> list:
+        return hvd.allgather_object(obj, name=name)
+
+    def average_buffers(self) -> None:
+        for v in self.model.non_trainable_variables:  # batch-norm moving statistics
+            v.assign(hvd.allreduce(v, op=hvd.Average, name=f"buffer.{v.name}"))
+
+    def save_checkpoint(self, epochs_done: int, extra: dict) -> None:
+        array_checkpoint.save(self.config.checkpoint_dir, "tensorflow", MODEL_NAME, epochs_done,
+                              {n: v.numpy() for n, v in self.variables.items()}, extra)
+
+    def digest(self) -> str:
+        return distributed.digest((v.name, v.numpy()) for v in self.model.weights)
+
+
+def as_tensors(images: np.ndarray, labels: np.ndarray):
+    return tf.constant(images[..., np.newaxis]), tf.constant(labels.astype(np.int64))
+
+
 def run(config: RunConfig) -> dict:
     started = time.perf_counter()
     rt = init(use_gpu=not config.no_cuda, threads=config.threads, seed=config.seed)
     distributed.check_controller(config.use_adasum, rt.controller, "tensorflow")
     train, test = distributed.prepare_run(hvd, rt, config)
-
-    model = build_model()
-    optimizer = tf.keras.optimizers.SGD(learning_rate=config.lr, momentum=config.momentum)
-    optimizer.build(model.trainable_variables)  # creates the momentum slots now
-    compression = hvd.Compression.fp16 if config.fp16_allreduce else hvd.Compression.none
-    op = hvd.Adasum if config.use_adasum else hvd.Average
-    loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True,
-                                                            reduction="sum")
-    variables = model_arrays(model, optimizer)
-    path = array_checkpoint.checkpoint_path(config.checkpoint_dir)
-
-    def restore() -> int:
-        if not path.exists():
-            return 0
-        shapes = {name: tuple(v.shape) for name, v in variables.items()}
-        epochs_done, arrays = array_checkpoint.load(path, "tensorflow", MODEL_NAME, shapes)
-        for name, value in arrays.items():
-            variables[name].assign(value)
-        return epochs_done
-
-    epochs_done = 0
-    if config.resume:
-        epochs_done = distributed.resume_on_root(hvd, rt, restore)
-    metrics.note_checkpoint(rt, path, config.resume)
-    # Every rank starts from rank 0's weights and optimizer state.
-    hvd.broadcast_variables(model.variables, root_rank=0)
-    hvd.broadcast_variables(optimizer.variables, root_rank=0)
-
-    @tf.function(reduce_retracing=True)
-    def train_step(images, labels):
-        with tf.GradientTape() as tape:
-            logits = model(images, training=True)
-            loss = loss_fn(labels, logits)
-            # The mean is what is averaged across ranks; the sum is reported.
-            mean_loss = loss / tf.cast(tf.shape(labels)[0], loss.dtype)
-        tape = hvd.DistributedGradientTape(tape, compression=compression, op=op)
-        gradients = tape.gradient(mean_loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(gradients, model.trainable_variables, strict=True))
-        return loss, count_correct(logits, labels)
-
-    @tf.function(reduce_retracing=True)
-    def eval_step(images, labels):
-        logits = model(images, training=False)
-        return loss_fn(labels, logits), count_correct(logits, labels)
-
-    def as_batch(images: np.ndarray, labels: np.ndarray):
-        return tf.constant(images[..., np.newaxis]), tf.constant(labels.astype(np.int64))
-
-    def batch_runner(step):
-        def run_batch(images, labels):
-            loss, correct = step(*as_batch(images, labels))
-            return float(loss), float(correct), len(labels)
-        return run_batch
-
-    def average_buffers():
-        for v in model.non_trainable_variables:  # batch-norm moving statistics
-            v.assign(hvd.allreduce(v, op=hvd.Average, name=f"buffer.{v.name}"))
-
-    def sum_across_ranks(values, name):
-        summed = hvd.allreduce(tf.constant(values, dtype=tf.float64), op=hvd.Sum, name=name)
-        return summed.numpy().tolist()
-
-    def save_checkpoint(epochs_done: int, extra: dict):
-        array_checkpoint.save(config.checkpoint_dir, "tensorflow", MODEL_NAME, epochs_done,
-                              {n: v.numpy() for n, v in variables.items()}, extra)
-
-    steps = train_loop.Steps(
-        batches_per_epoch=array_data.batches_per_epoch(train, rt.size, config.batch_size),
-        epoch_batches=lambda epoch: array_data.epoch_batches(train, rt.rank, rt.size, epoch,
-                                                             config.seed, config.batch_size),
-        train_batch=batch_runner(train_step),
-        eval_batches=lambda: array_data.eval_batches(test, rt.rank, rt.size,
-                                                     config.test_batch_size),
-        eval_batch=batch_runner(eval_step),
-        set_lr=optimizer.learning_rate.assign,
-        sum_across_ranks=sum_across_ranks,
-        average_buffers=average_buffers,
-        save_checkpoint=save_checkpoint,
-        digest=lambda: distributed.digest((v.name, v.numpy()) for v in model.weights),
-        allgather_object=hvd.allgather_object,
-    )
-    scale = lr_scale(rt.size, config.use_adasum, rt.local_size, on_gpu=rt.device != "cpu")
-    return train_loop.fit(config, rt, steps, len(train), len(test), epochs_done, "tensorflow",
-                          MODEL_NAME, scale, started)
+    trainer = TensorFlowTrainer(config, rt, train, test)
+    epochs_done = distributed.resume_on_root(hvd, rt, trainer.restore) if config.resume else 0
+    metrics.note_checkpoint(rt, trainer.checkpoint_path, config.resume)
+    trainer.broadcast_from_root()
+    return train_loop.fit(config, rt, trainer, epochs_done, started)
 
 
 def count_correct(logits, labels):

@@ -142,9 +142,96 @@ def distributed_optimizer(model: nn.Module, lr: float, momentum: float, fp16_all
     )
 
 
+class TorchTrainer(train_loop.Trainer):
+    """What every PyTorch run does the same way: one model and one Horovod
+    optimizer on a device, their checkpoint, the collectives of
+    horovod.torch. Each kind of run (epochs, elastic) adds its batches and
+    its step."""
+
+    framework = "pytorch"
+
+    def __init__(self, config: RunConfig, model: nn.Module, optimizer, device: torch.device,
+                 n_train: int, n_test: int, lr_scale: float):
+        self.config, self.model, self.optimizer, self.device = config, model, optimizer, device
+        self.model_name = config.model
+        self.n_train, self.n_test, self.lr_scale = n_train, n_test, lr_scale
+
+    def set_lr(self, lr: float) -> None:
+        set_lr(self.optimizer, lr)
+
+    def sum_across_ranks(self, values: list[float], name: str) -> list[float]:
+        return sum_across_ranks(values, name)
+
+    def allgather_object(self, obj, name: str) -> list:
+        return hvd.allgather_object(obj, name=name)
+
+    def average_buffers(self) -> None:
+        average_buffers(self.model)
+
+    def save_checkpoint(self, epochs_done: int, extra: dict) -> None:
+        checkpoint.save(self.config.checkpoint_dir, self.model, self.optimizer, self.config.model,
+                        epochs_done, extra=extra)
+
+    def digest(self) -> str:
+        return state_digest(self.model)
+
+    def start_eval(self) -> None:
+        self.model.eval()
+
+
+class EpochTrainer(TorchTrainer):
+    """The run of whole epochs on a fixed set of ranks: each rank's shard of
+    the training split, mixed precision on GPUs, gradients accumulated over
+    --backward-passes-per-step batches."""
+
+    def __init__(self, config: RunConfig, model: nn.Module, optimizer, device: torch.device,
+                 rt: distributed.Runtime, train_split: mnist.Split, test_split: mnist.Split,
+                 lr_scale: float, nccl: dict | None):
+        super().__init__(config, model, optimizer, device, len(train_split), len(test_split),
+                         lr_scale)
+        self.rank, self.seed, self.nccl = rt.rank, config.seed, nccl
+        workers = config.num_workers if config.num_workers is not None else (
+            2 if device.type == "cuda" else 0)
+        self.train_batches = training_batches(config.data_pipeline, train_split,
+                                              config.batch_size, rt, config.seed, device, workers)
+        self.test_batches = evaluation_batches(config.data_pipeline, test_split,
+                                               config.test_batch_size, rt, device)
+        passes = self.batches_per_step = config.backward_passes_per_step
+        # Same count on every rank (the shards are padded): whole optimizer steps only.
+        self.batches_per_epoch = len(self.train_batches) // passes * passes
+        if self.batches_per_epoch == 0:
+            raise UserError(
+                f"{len(train_split)} training images over {rt.size} ranks give fewer than "
+                f"{passes} batches of {config.batch_size} per rank")
+        self.amp_dtype, use_scaler = amp_settings(device)
+        self.step = batch_trainer(model, optimizer, device, self.amp_dtype,
+                                  torch.amp.GradScaler("cuda", enabled=use_scaler), passes,
+                                  config.label_smoothing)
+
+    def start_epoch(self, epoch: int) -> None:
+        self.model.train()
+        # Dropout draws depend on (seed, epoch, rank) only, so a resumed run
+        # repeats what an uninterrupted one would have drawn.
+        torch.manual_seed(self.seed * 1_000_003 + epoch * 1009 + self.rank)
+
+    def epoch_batches(self, epoch: int):
+        return self.train_batches.epoch(epoch)
+
+    def train_batch(self, images, labels) -> train_loop.BatchSums:
+        return self.step(images, labels)
+
+    def eval_batches(self):
+        return self.test_batches
+
+    def eval_batch(self, images, labels) -> train_loop.BatchSums:
+        return eval_batch(self.model, images, labels, self.device, self.amp_dtype)
+
+    def summary_fields(self) -> dict:
+        return {"nccl": self.nccl}
+
+
 def run(config: RunConfig) -> dict:
-    """The training run (the shared epoch loop, train_loop.fit, with the
-    PyTorch steps below)."""
+    """The training run: the shared epoch loop (train_loop.fit) with an EpochTrainer."""
     started = time.perf_counter()
     rt, device = init(use_cuda=not config.no_cuda, threads=config.threads, seed=config.seed)
     on_cuda = device.type == "cuda"
@@ -152,11 +239,6 @@ def run(config: RunConfig) -> dict:
     if config.sync_bn and not on_cuda:
         raise UserError("--sync-bn needs GPUs: Horovod's SyncBatchNorm works on CUDA tensors only")
     train_split, test_split = distributed.prepare_run(hvd, rt, config)
-    workers = config.num_workers if config.num_workers is not None else (2 if on_cuda else 0)
-    train_batches = training_batches(config.data_pipeline, train_split, config.batch_size, rt,
-                                     config.seed, device, workers)
-    eval_batches = evaluation_batches(config.data_pipeline, test_split, config.test_batch_size, rt,
-                                      device)
 
     model = build_model(config.model, config.memory_format)
     if config.sync_bn:
@@ -175,54 +257,9 @@ def run(config: RunConfig) -> dict:
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
     nccl = nccl_transport(rt, device) if on_cuda else None
-
-    amp_dtype, use_scaler = amp_settings(device)
-    scaler = torch.amp.GradScaler("cuda", enabled=use_scaler)
-    passes = config.backward_passes_per_step
-    # Same count on every rank (the shards are padded): whole optimizer steps only.
-    batches_per_epoch = len(train_batches) // passes * passes
-    if batches_per_epoch == 0:
-        raise UserError(
-            f"{len(train_split)} training images over {rt.size} ranks give fewer than "
-            f"{passes} batches of {config.batch_size} per rank"
-        )
-
-    def start_epoch(epoch: int) -> None:
-        model.train()
-        # Dropout draws depend on (seed, epoch, rank) only, so a resumed run
-        # repeats what an uninterrupted one would have drawn.
-        torch.manual_seed(config.seed * 1_000_003 + epoch * 1009 + rt.rank)
-
-    steps = model_steps(
-        model, optimizer, config,
-        batches_per_epoch=batches_per_epoch,
-        epoch_batches=train_batches.epoch,
-        train_batch=batch_trainer(model, optimizer, device, amp_dtype, scaler, passes,
-                                  config.label_smoothing),
-        eval_batches=lambda: eval_batches,
-        eval_batch=lambda images, labels: eval_batch(model, images, labels, device, amp_dtype),
-        start_epoch=start_epoch,
-        batches_per_step=passes,
-        summary_fields={"nccl": nccl},
-    )
-    return train_loop.fit(config, rt, steps, len(train_split), len(test_split), epochs_done,
-                          "pytorch", config.model, scale, started)
-
-
-def model_steps(model: nn.Module, optimizer, config: RunConfig, **run_steps) -> train_loop.Steps:
-    """The steps every PyTorch run has the same way (one model, one optimizer,
-    its checkpoint), with those its kind of run hands in (batches, hooks)."""
-    return train_loop.Steps(
-        set_lr=lambda lr: set_lr(optimizer, lr),
-        sum_across_ranks=sum_across_ranks,
-        average_buffers=lambda: average_buffers(model),
-        save_checkpoint=lambda epochs, extra: checkpoint.save(
-            config.checkpoint_dir, model, optimizer, config.model, epochs, extra=extra),
-        digest=lambda: state_digest(model),
-        allgather_object=hvd.allgather_object,
-        start_eval=model.eval,
-        **run_steps,
-    )
+    trainer = EpochTrainer(config, model, optimizer, device, rt, train_split, test_split, scale,
+                           nccl)
+    return train_loop.fit(config, rt, trainer, epochs_done, started)
 
 
 def set_lr(optimizer, lr: float) -> None:

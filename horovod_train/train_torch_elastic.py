@@ -38,11 +38,11 @@ from horovod_train import (
 from horovod_train.models import build_model
 from horovod_train.options import RunConfig
 from horovod_train.train_torch import (
+    TorchTrainer,
     batch_trainer,
     distributed_optimizer,
     eval_batch,
     init,
-    model_steps,
 )
 
 
@@ -62,6 +62,75 @@ class EventLog:
                                                     if k not in ("event", "time")))
 
 
+class ElasticTrainer(TorchTrainer):
+    """The elastic run's side of the loop: batches from the position the
+    state holds, a commit every --commit-every steps and at each epoch's
+    end, and a learning rate counted in samples. Made anew after every
+    reset, with the ranks there are then."""
+
+    def __init__(self, config: RunConfig, state, train_data: device_data.DeviceMnist,
+                 test_data: device_data.DeviceMnist, events: EventLog, rt: distributed.Runtime):
+        super().__init__(config, state.model, state.optimizer, train_data.device,
+                         len(train_data), len(test_data), float(rt.size))
+        self.state, self.train_data, self.test_data, self.events = (state, train_data, test_data,
+                                                                   events)
+        self.rank, self.size = rt.rank, rt.size
+        self.batches_per_epoch = math.ceil(self.n_train / (rt.size * config.batch_size))
+        self.step = batch_trainer(self.model, self.optimizer, self.device, amp_dtype=None,
+                                  scaler=torch.amp.GradScaler("cuda", enabled=False), passes=1,
+                                  label_smoothing=config.label_smoothing)
+
+    def start_epoch(self, epoch: int) -> None:
+        self.model.train()
+
+    def epoch_batches(self, epoch: int):
+        """From the position the state holds (after a reset, the last
+        commit's) to the end of the epoch, each rank its share of every
+        batch of the ranks there are now."""
+        order = sharding.epoch_order(self.n_train, epoch, self.config.seed)
+        while self.state.samples_done < self.n_train:
+            indices = sharding.elastic_batch(order, self.state.samples_done, self.rank, self.size,
+                                             self.config.batch_size)
+            yield self.train_data.batch(torch.from_numpy(indices).to(self.device))
+
+    def train_batch(self, images, labels) -> train_loop.BatchSums:
+        """The step, then the position in the epoch moves on; a commit every
+        --commit-every steps."""
+        sums = self.step(images, labels)
+        self.state.samples_done = min(self.n_train,
+                                      self.state.samples_done + self.size * self.config.batch_size)
+        self.state.steps += 1
+        if self.state.steps % self.config.commit_every == 0:
+            self.commit()
+        return sums
+
+    def commit(self) -> None:
+        """state.commit(), logged between its two halves: the check for new
+        or lost hosts can interrupt right after the save, and a reset then
+        goes back to this commit, which the log must already hold."""
+        self.state.save()
+        self.events.write("commit", epoch=self.state.epoch, samples_done=self.state.samples_done)
+        self.state.check_host_updates()
+
+    def end_epoch(self, epoch: int) -> None:
+        self.state.epoch, self.state.samples_done = epoch + 1, 0
+        self.commit()
+
+    def eval_batches(self):
+        return self.test_data.batches(
+            sharding.eval_indices(self.n_test, self.rank, self.size), self.config.test_batch_size)
+
+    def eval_batch(self, images, labels) -> train_loop.BatchSums:
+        return eval_batch(self.model, images, labels, self.device, None)
+
+    def learning_rate(self, step: int, scheduled) -> float:
+        # The schedule counted in samples, so it does not depend on the
+        # number of ranks; the peak scales with the ranks there are now.
+        return lr_schedule.learning_rate(
+            self.state.epoch * self.n_train + self.state.samples_done, self.n_train,
+            self.config.epochs, self.config.lr, float(self.size), self.config.warmup_epochs)
+
+
 def run(config: RunConfig) -> dict:
     started = time.perf_counter()
     rt, device = init(use_cuda=not config.no_cuda, threads=config.threads, seed=config.seed)
@@ -76,7 +145,6 @@ def run(config: RunConfig) -> dict:
     model = build_model(config.model, config.memory_format).to(device)
     optimizer = distributed_optimizer(model, config.lr, config.momentum, config.fp16_allreduce)
     events = EventLog(config.log_dir)
-    n_train = len(train_data)
 
     state = hvd.elastic.TorchState(model=model, optimizer=optimizer, epoch=0, samples_done=0,
                                    steps=0)
@@ -85,67 +153,12 @@ def run(config: RunConfig) -> dict:
     state.register_reset_callbacks([lambda: events.write(
         "reset", epoch=state.epoch, samples_done=state.samples_done)])
 
-    def lr_now(_step: int) -> float:
-        # The schedule counted in samples, so it does not depend on the
-        # number of ranks; the peak scales with the ranks there are now.
-        return lr_schedule.learning_rate(
-            state.epoch * n_train + state.samples_done, n_train, config.epochs, config.lr,
-            float(hvd.size()), config.warmup_epochs)
-
-    step = batch_trainer(model, optimizer, device, amp_dtype=None,
-                         scaler=torch.amp.GradScaler("cuda", enabled=False), passes=1,
-                         label_smoothing=config.label_smoothing)
-
-    def train_batch(images, labels) -> train_loop.BatchSums:
-        """The step, then the position in the epoch moves on; a commit every
-        --commit-every steps."""
-        sums = step(images, labels)
-        state.samples_done = min(n_train, state.samples_done + hvd.size() * config.batch_size)
-        state.steps += 1
-        if state.steps % config.commit_every == 0:
-            commit()
-        return sums
-
-    def commit() -> None:
-        """state.commit(), logged between its two halves: the check for new
-        or lost hosts can interrupt right after the save, and a reset then
-        goes back to this commit, which the log must already hold."""
-        state.save()
-        events.write("commit", epoch=state.epoch, samples_done=state.samples_done)
-        state.check_host_updates()
-
-    def epoch_batches(epoch: int):
-        """From the position the state holds (after a reset, the last
-        commit's) to the end of the epoch, each rank its share of every
-        batch of the ranks there are now."""
-        order = sharding.epoch_order(n_train, epoch, config.seed)
-        while state.samples_done < n_train:
-            indices = sharding.elastic_batch(order, state.samples_done, hvd.rank(), hvd.size(),
-                                             config.batch_size)
-            yield train_data.batch(torch.from_numpy(indices).to(device))
-
-    def end_epoch(epoch: int) -> None:
-        state.epoch, state.samples_done = epoch + 1, 0
-        commit()
-
     @hvd.elastic.run
     def train(state) -> dict:
         # Entered at the start and again after every reset, with the ranks
         # there are then, from the epoch and position of the last commit.
         rt = distributed.describe(hvd, str(device), threads)
-        steps = model_steps(
-            model, optimizer, config,
-            batches_per_epoch=math.ceil(n_train / (rt.size * config.batch_size)),
-            epoch_batches=epoch_batches,
-            train_batch=train_batch,
-            eval_batches=lambda: test_data.batches(
-                sharding.eval_indices(len(test_data), rt.rank, rt.size), config.test_batch_size),
-            eval_batch=lambda images, labels: eval_batch(model, images, labels, device, None),
-            start_epoch=lambda _: model.train(),
-            lr_at=lr_now,
-            end_epoch=end_epoch,
-        )
-        return train_loop.fit(config, rt, steps, n_train, len(test_data), state.epoch, "pytorch",
-                              config.model, float(hvd.size()), started)
+        trainer = ElasticTrainer(config, state, train_data, test_data, events, rt)
+        return train_loop.fit(config, rt, trainer, state.epoch, started)
 
     return train(state)

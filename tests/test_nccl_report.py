@@ -205,5 +205,5 @@ def test_the_summary_has_null_until_the_trainer_hands_in_a_record_json_can_hold(
             parse_args([]))
     assert metrics.build_summary(*args)["nccl"] is None
     record = run_record([rank(ONE_HOST_RUN, "a"), rank(ONE_HOST_RUN, "a")])
-    # train_loop.fit adds the trainer's Steps.summary_fields over build_summary's.
+    # train_loop.fit adds the Trainer's summary_fields() over build_summary's.
     assert json.loads(json.dumps(record))["transports"] == ["P2P/CUMEM", "P2P/IPC", "SHM"]
