@@ -47,10 +47,10 @@ from pathlib import Path
 
 import numpy as np
 
-from horovod_train import console, distributed
-from horovod_train.atomic import atomic_write_bytes
-from horovod_train.errors import ArgumentParser, RunFailed, UserError, print_error, run_main
-from horovod_train.options import non_negative_int, positive_float, positive_int
+from horovod_train.core import console, distributed
+from horovod_train.core.atomic import atomic_write_bytes
+from horovod_train.core.errors import ArgumentParser, RunFailed, UserError, print_error, run_main
+from horovod_train.core.options import non_negative_int, positive_float, positive_int
 
 PROG = "allreduce_bench"
 IMPLEMENTATIONS = ("horovod", "torch", "mpi")  # table order

@@ -16,9 +16,9 @@ import sys
 from datetime import timedelta
 from pathlib import Path
 
-from horovod_train import options
-from horovod_train.errors import ArgumentParser, UserError, run_main
-from horovod_train.models import MEMORY_FORMATS, MNIST_MODELS, MODELS
+from horovod_train.core import options
+from horovod_train.core.errors import ArgumentParser, UserError, run_main
+from horovod_train.torch.models import MEMORY_FORMATS, MNIST_MODELS, MODELS
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -53,9 +53,10 @@ def main() -> int:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    from horovod_train import allocator, distributed, mnist, outputs, torch_data
     from horovod_train.bench import timed_steps
-    from horovod_train.models import build_model, input_shape
+    from horovod_train.core import distributed, mnist, outputs
+    from horovod_train.torch import allocator, dataloader
+    from horovod_train.torch.models import build_model, input_shape
 
     # The trainer's allocator settings, so the two launchers compare alike.
     allocator.keep_freed_memory()
@@ -78,7 +79,7 @@ def main() -> int:
             batches = timed_steps.synthetic_batches(args.batch_size, shape, classes, device)
         else:
             train_split = mnist.load_train_test(args.data_dir, download=not args.no_download)[0]
-            loader, _ = torch_data.train_loader(torch_data.MnistTensors(train_split),
+            loader, _ = dataloader.train_loader(dataloader.MnistTensors(train_split),
                                                 args.batch_size, rank, size, args.seed,
                                                 workers=0, pin_memory=False)
             batches = timed_steps.loader_batches(loader, device)

@@ -18,7 +18,7 @@ Variants (--variants, comma-separated; default: all):
   cycle-5ms    as yield, Horovod's cycle time 5 ms instead of its 1 ms
   cycle-0.5ms  as yield, 0.5 ms
   glibc-malloc as yield, with glibc's own malloc behaviour instead of the
-               trainers' (horovod_train/allocator.py)
+               trainers' (horovod_train/torch/allocator.py)
   fusion-128mb as yield, with horovodrun's 128 MB fusion buffer instead of
                the trainers' 4 MB for CPU tensors
                (distributed.CPU_RANK_HOROVOD_SETTINGS)
@@ -39,9 +39,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from horovod_train import options
-from horovod_train.atomic import atomic_write_json
-from horovod_train.errors import ArgumentParser, RunFailed, run_main
+from horovod_train.core import options
+from horovod_train.core.atomic import atomic_write_json
+from horovod_train.core.errors import ArgumentParser, RunFailed, run_main
 
 REPO = Path(__file__).resolve().parent.parent
 PROG = "horovod_settings.py"

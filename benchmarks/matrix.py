@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from horovod_train.bench import scaling_tables
-from horovod_train.errors import ArgumentParser, RunFailed, UserError, run_main
+from horovod_train.core.errors import ArgumentParser, RunFailed, UserError, run_main
 from horovod_train.launch.hosts import Host, host_list, is_local, read_hostfile
 
 REPO = Path(__file__).resolve().parent.parent
@@ -97,7 +97,7 @@ def controller(args, nodes: int) -> str | None:
     Horovod's negotiation costs less over MPI (the figures: docs/benchmarks.md).
     Within a host MPI's shared memory wins. On GPUs NCCL carries the
     gradients either way."""
-    from horovod_train.models import MNIST_MODELS
+    from horovod_train.torch.models import MNIST_MODELS
 
     if args.controller != "auto":
         return args.controller

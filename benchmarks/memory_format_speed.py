@@ -21,10 +21,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from horovod_train import options
-from horovod_train.atomic import atomic_write_json
-from horovod_train.errors import ArgumentParser, run_main
-from horovod_train.models import MEMORY_FORMATS, MODELS, build_model, input_shape
+from horovod_train.core import options
+from horovod_train.core.atomic import atomic_write_json
+from horovod_train.core.errors import ArgumentParser, run_main
+from horovod_train.torch.models import MEMORY_FORMATS, MODELS, build_model, input_shape
 
 PROG = "memory_format_speed.py"
 

@@ -33,9 +33,9 @@ import statistics
 import sys
 from pathlib import Path
 
-from horovod_train.atomic import atomic_write_bytes, atomic_write_json
-from horovod_train.errors import ArgumentParser, UserError, run_main
-from horovod_train.options import non_negative_float, positive_float
+from horovod_train.core.atomic import atomic_write_bytes, atomic_write_json
+from horovod_train.core.errors import ArgumentParser, UserError, run_main
+from horovod_train.core.options import non_negative_float, positive_float
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -34,10 +34,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from horovod_train import mnist, options
-from horovod_train.atomic import atomic_write_json
-from horovod_train.errors import ArgumentParser, RunFailed, UserError, run_main
-from horovod_train.presets import PRESETS, describe_preset
+from horovod_train.core import mnist, options
+from horovod_train.core.atomic import atomic_write_json
+from horovod_train.core.errors import ArgumentParser, RunFailed, UserError, run_main
+from horovod_train.torch.presets import PRESETS, describe_preset
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -23,9 +23,9 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from horovod_train import options
-from horovod_train.atomic import atomic_write_json
-from horovod_train.errors import ArgumentParser, UserError, run_main
+from horovod_train.core import options
+from horovod_train.core.atomic import atomic_write_json
+from horovod_train.core.errors import ArgumentParser, UserError, run_main
 
 PROG = "timeline_summary.py"
 

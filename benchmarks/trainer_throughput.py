@@ -24,10 +24,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from horovod_train import options
-from horovod_train.atomic import atomic_write_json
-from horovod_train.errors import ArgumentParser, UserError, run_main
-from horovod_train.models import MNIST_MODELS
+from horovod_train.core import options
+from horovod_train.core.atomic import atomic_write_json
+from horovod_train.core.errors import ArgumentParser, UserError, run_main
+from horovod_train.torch.models import MNIST_MODELS
 
 PROG = "trainer_throughput.py"
 GENERATED_SAMPLES = 60_000  # the size of MNIST's training set
@@ -72,8 +72,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main() -> int:
     args = parse_args(sys.argv[1:])
     # Imported after parsing, so --help and option errors answer at once.
-    from horovod_train import mnist, train_torch
     from horovod_train.bench import throughput
+    from horovod_train.core import mnist
+    from horovod_train.torch.trainer import init
 
     if args.data_dir is not None:
         split = mnist.load_split(args.data_dir, "train", download=False)
@@ -86,8 +87,7 @@ def main() -> int:
         split = mnist.Split(split.images[:args.samples], split.labels[:args.samples])
     else:
         split = throughput.generated_split(args.samples or GENERATED_SAMPLES, args.seed)
-    rt, device = train_torch.init(use_cuda=not args.no_cuda, threads=args.threads,
-                                  seed=args.seed)
+    rt, device = init(use_cuda=not args.no_cuda, threads=args.threads, seed=args.seed)
     sides = throughput.build_sides(args.model, split, args.batch_size, args.lr, args.momentum,
                                    args.seed, rt.rank, rt.size, device)
     rates = throughput.alternate(sides, args.warmup_steps, args.steps, args.repeats,

@@ -1,5 +1,12 @@
-"""Horovod training platform. The trainers users run (pytorch_mnist,
-tensorflow2_mnist, mxnet_mnist) and what they are made of: options and
-presets, data (mnist, sharding, *_data), models, one epoch loop
-(train_loop) with each framework's steps (train_*), checkpoints, metrics,
-outputs and the console. Launching lives in launch/, measuring in bench/."""
+"""Horovod training platform, one part per job, as Horovod keeps one per
+framework:
+
+- the trainers users run, thin entry scripts: pytorch_mnist, tensorflow2_mnist,
+  mxnet_mnist;
+- core/: what every framework shares: the options, the one epoch loop and
+  its Trainer interface, Horovod's runtime, MNIST and its shards, metrics
+  and outputs, the watchdog, errors and the console;
+- torch/, tensorflow/, mxnet/: each framework's trainer, model, data and
+  checkpoint (elastic training beside PyTorch's trainer);
+- launch/: starting ranks on hosts (horovodrun, Slurm, host discovery);
+- bench/: measuring (timed steps, throughput, scaling tables)."""

@@ -6,6 +6,7 @@ Same options and outputs as pytorch_mnist.py where they apply; rank 0 writes
 metrics, TensorBoard logs, checkpoints and summary.json under --log-dir.
 """
 
+import argparse
 import os
 import sys
 from pathlib import Path
@@ -14,25 +15,30 @@ if __package__ in (None, ""):
     # Run as a file: import the package from the checkout (see pytorch_mnist.py).
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
-from horovod_train import options  # noqa: E402
-from horovod_train.errors import run_main  # noqa: E402
+from horovod_train.core import options  # noqa: E402
+from horovod_train.core.config import RunConfig  # noqa: E402
+from horovod_train.core.errors import run_main  # noqa: E402
 
 
-def parse_args(argv: list[str]) -> options.RunConfig:
-    parser = options.base_parser("mxnet_mnist.py", "Train MNIST with MXNet and Horovod.")
-    return options.finish(parser.parse_args(argv))
+def build_parser() -> argparse.ArgumentParser:
+    return options.base_parser("mxnet_mnist.py", "Train MNIST with MXNet and Horovod.")
+
+
+def parse_args(argv: list[str]) -> RunConfig:
+    parser = build_parser()
+    return options.finish(parser, parser.parse_args(argv))
 
 
 def main() -> int:
     config = parse_args(sys.argv[1:])
-    from horovod_train import distributed
+    from horovod_train.core import distributed
 
     # MXNet sizes its OpenMP pool when it is imported: share the cores first.
-    os.environ["OMP_NUM_THREADS"] = str(distributed.threads_before_init(config.threads))
-    from horovod_train import train_mxnet
+    os.environ["OMP_NUM_THREADS"] = str(distributed.threads_before_init(config.device.threads))
+    from horovod_train.mxnet import trainer
 
     with distributed.one_line_when_horovod_stops():
-        train_mxnet.run(config)
+        trainer.run(config)
     return 0
 
 

@@ -7,6 +7,7 @@ checkpoints and summary.json under --log-dir. With --benchmark-steps it
 times that many steps instead (benchmarks/run_matrix.sh runs it so).
 """
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -15,13 +16,14 @@ if __package__ in (None, ""):
     # directory (whose module names would shadow installed packages).
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
-from horovod_train import options  # noqa: E402
-from horovod_train.errors import run_main  # noqa: E402
-from horovod_train.models import MEMORY_FORMATS, MNIST_MODELS, MODELS  # noqa: E402
-from horovod_train.presets import PRESETS, describe_preset  # noqa: E402
+from horovod_train.core import options  # noqa: E402
+from horovod_train.core.config import RunConfig  # noqa: E402
+from horovod_train.core.errors import run_main  # noqa: E402
+from horovod_train.torch.models import MEMORY_FORMATS, MNIST_MODELS, MODELS  # noqa: E402
+from horovod_train.torch.presets import PRESETS, describe_preset  # noqa: E402
 
 
-def parse_args(argv: list[str]) -> options.RunConfig:
+def build_parser() -> argparse.ArgumentParser:
     parser = options.base_parser("pytorch_mnist.py", "Train MNIST with PyTorch and Horovod.")
     parser.epilog += (
         " PyTorch's ranks also keep the memory a step frees for the next step, in glibc's "
@@ -62,39 +64,33 @@ def parse_args(argv: list[str]) -> options.RunConfig:
                          help="commit the training state every N steps: the most a lost host "
                               "costs (default 10)")
     options.add_benchmark_options(parser)
+    return parser
+
+
+def parse_args(argv: list[str]) -> RunConfig:
+    parser = build_parser()
     preset = parser.parse_known_args(argv)[0].preset
     if preset:
         parser.set_defaults(**PRESETS[preset])
     args = parser.parse_args(argv)
-    options.check_benchmark(parser, args, MNIST_MODELS)
-    if args.elastic:
-        clashing = [name for name, given in (
-            ("--resume", args.resume), ("--benchmark-steps", args.benchmark_steps),
-            ("--use-adasum", args.use_adasum), ("--sync-bn", args.sync_bn),
-            ("--backward-passes-per-step", args.backward_passes_per_step != 1),
-            ("--data-pipeline loader", args.data_pipeline == "loader"),
-            ("--target-accuracy", args.target_accuracy is not None)) if given]
-        if clashing:
-            parser.error(f"--elastic does not combine with {', '.join(clashing)}")
-    if args.data_pipeline is None:
-        args.data_pipeline = "loader" if args.benchmark_steps else "memory"
-    return options.finish(args)
+    if args.data_pipeline is None:  # elastic runs refuse the loader
+        args.data_pipeline = "loader" if args.benchmark_steps and not args.elastic else "memory"
+    return options.finish(parser, args, MNIST_MODELS)
 
 
 def main() -> int:
     config = parse_args(sys.argv[1:])
     # Imported after parsing, so --help and option errors answer at once.
-    from horovod_train import distributed, train_torch
+    from horovod_train.core import distributed
 
+    if config.torch.elastic:
+        from horovod_train.torch.elastic import run
+    elif config.benchmark.steps:
+        from horovod_train.bench.trainer_benchmark import run
+    else:
+        from horovod_train.torch.trainer import run
     with distributed.one_line_when_horovod_stops():
-        if config.elastic:
-            from horovod_train import train_torch_elastic
-
-            train_torch_elastic.run(config)
-        elif config.benchmark_steps:
-            train_torch.benchmark(config)
-        else:
-            train_torch.run(config)
+        run(config)
     return 0
 
 

@@ -6,6 +6,7 @@ Same options and outputs as pytorch_mnist.py where they apply; rank 0 writes
 metrics, TensorBoard logs, checkpoints and summary.json under --log-dir.
 """
 
+import argparse
 import os
 import sys
 from pathlib import Path
@@ -14,14 +15,18 @@ if __package__ in (None, ""):
     # Run as a file: import the package from the checkout (see pytorch_mnist.py).
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
-from horovod_train import options  # noqa: E402
-from horovod_train.errors import run_main  # noqa: E402
+from horovod_train.core import options  # noqa: E402
+from horovod_train.core.config import RunConfig  # noqa: E402
+from horovod_train.core.errors import run_main  # noqa: E402
 
 
-def parse_args(argv: list[str]) -> options.RunConfig:
-    parser = options.base_parser("tensorflow2_mnist.py",
-                                 "Train MNIST with TensorFlow 2 and Horovod.")
-    return options.finish(parser.parse_args(argv))
+def build_parser() -> argparse.ArgumentParser:
+    return options.base_parser("tensorflow2_mnist.py", "Train MNIST with TensorFlow 2 and Horovod.")
+
+
+def parse_args(argv: list[str]) -> RunConfig:
+    parser = build_parser()
+    return options.finish(parser, parser.parse_args(argv))
 
 
 def main() -> int:
@@ -29,10 +34,11 @@ def main() -> int:
     # TensorFlow's start-up INFO lines would drown each rank's output.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     # Imported after parsing, so --help and option errors answer at once.
-    from horovod_train import distributed, train_tensorflow
+    from horovod_train.core import distributed
+    from horovod_train.tensorflow import trainer
 
     with distributed.one_line_when_horovod_stops():
-        train_tensorflow.run(config)
+        trainer.run(config)
     return 0
 
 

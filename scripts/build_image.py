@@ -38,7 +38,7 @@ sys.path.insert(0, str(CONTEXT / "env"))
 sys.path.insert(0, str(REPO))  # the checkout's package, for its errors
 import build_horovod  # noqa: E402  (the recipe's: its wheel cache, the lock, the sdist)
 
-from horovod_train.errors import ArgumentParser, RunFailed, UserError, run_main  # noqa: E402
+from horovod_train.core.errors import ArgumentParser, RunFailed, UserError, run_main  # noqa: E402
 
 CONSTRAINTS = build_horovod.LOCK
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "horovod-train"

@@ -46,7 +46,7 @@ from pathlib import Path
 
 SCRIPTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(SCRIPTS.parent))  # the checkout's package, for its errors
-from horovod_train.errors import ArgumentParser, RunFailed, UserError, run_main  # noqa: E402
+from horovod_train.core.errors import ArgumentParser, RunFailed, UserError, run_main  # noqa: E402
 
 SSHD_CONFIG = SCRIPTS.parent / "docker" / "sshd_config"
 STATE_DIR = Path(os.environ.get("EMULATE_STATE_DIR", "/run/horovod-train-cluster"))

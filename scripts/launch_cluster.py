@@ -28,7 +28,7 @@ if __package__ in (None, ""):
     # python3 too: hosts and errors need the standard library only).
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
-from horovod_train.errors import ArgumentParser, RunFailed, UserError, run_main  # noqa: E402
+from horovod_train.core.errors import ArgumentParser, RunFailed, UserError, run_main  # noqa: E402
 from horovod_train.launch.hosts import (  # noqa: E402
     SSH_TIMEOUT_S,
     Failed,

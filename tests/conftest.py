@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from horovod_train import mnist
+from horovod_train.core import mnist
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent  # the venv running the tests: horovodrun lives here

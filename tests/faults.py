@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import BIN, EMULATE, REPO, TRAINER, host_processes, on_host, trainer_pids
 
-from horovod_train import checkpoint
+from horovod_train.torch import checkpoint
 
 STALL_LIMIT_S = 10  # the tests' --stall-limit (60 s by default), to keep them short
 # The limit (or Gloo's timeout), then the launcher's teardown, with room for

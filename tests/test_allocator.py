@@ -1,4 +1,4 @@
-"""horovod_train/allocator.py: a training process keeps the memory a step
+"""horovod_train/torch/allocator.py: a training process keeps the memory a step
 frees, instead of glibc handing it back to the kernel and faulting it in
 again next step; a user's own allocator choice wins."""
 
@@ -9,7 +9,7 @@ import sys
 import pytest
 from conftest import REPO
 
-from horovod_train import allocator
+from horovod_train.torch import allocator
 
 # A fresh process reports, from glibc's own counters (mallinfo2), whether a
 # 16 MiB block came from its own mmap and whether the heap kept it (all but
@@ -57,7 +57,7 @@ def test_glibcs_own_behaviour_maps_the_block_and_hands_it_back():
 
 
 def test_the_pytorch_trainers_start_keeping_freed_memory():
-    setup = ("from horovod_train import train_torch; train_torch.init(False, 1, 0); "
+    setup = ("from horovod_train.torch import trainer; trainer.init(False, 1, 0); "
              "applied = 'by-init'")
     assert probe(setup) == "by-init own_mmaps 0 kept True"
 

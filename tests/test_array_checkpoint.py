@@ -4,8 +4,8 @@ mismatches named, damage refused, no pickle."""
 import numpy as np
 import pytest
 
-from horovod_train import array_checkpoint
-from horovod_train.errors import UserError
+from horovod_train.core import array_checkpoint
+from horovod_train.core.errors import UserError
 
 ARRAYS = {"conv1/kernel:0": np.arange(12, dtype=np.float32).reshape(3, 4),
           "optimizer/0": np.array(7, dtype=np.int64)}

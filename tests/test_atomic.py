@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from horovod_train.atomic import atomic_write_bytes, atomic_write_json
-from horovod_train.errors import UserError
+from horovod_train.core.atomic import atomic_write_bytes, atomic_write_json
+from horovod_train.core.errors import UserError
 
 
 def test_the_new_file_replaces_the_old_one_whole(tmp_path):

@@ -11,9 +11,9 @@ import time
 import pytest
 import torch
 
-from horovod_train import checkpoint
-from horovod_train.errors import UserError
-from horovod_train.models import build_model
+from horovod_train.core.errors import UserError
+from horovod_train.torch import checkpoint
+from horovod_train.torch.models import build_model
 
 
 def trained_pair(name="mnist_cnn", steps=3):
@@ -95,7 +95,7 @@ def test_file_of_another_program_is_refused(tmp_path):
 
 WRITER = textwrap.dedent("""
     import sys, torch
-    from horovod_train import checkpoint
+    from horovod_train.torch import checkpoint
     model = torch.nn.Linear(4096, 2048)   # 32 MB: each write takes a while
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     for epoch in range(1, 10_000):

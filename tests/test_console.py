@@ -5,7 +5,7 @@ import time
 
 from tqdm import tqdm
 
-from horovod_train import console
+from horovod_train.core import console
 
 
 class Terminal(io.StringIO):

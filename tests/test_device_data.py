@@ -8,8 +8,9 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from horovod_train import device_data, mnist, sharding, torch_data
 from horovod_train.bench.upstream_example import TorchvisionStyleMnist
+from horovod_train.core import mnist, sharding
+from horovod_train.torch import dataloader, device_data
 
 CPU = torch.device("cpu")
 
@@ -83,7 +84,7 @@ def test_batches_equal_the_loader_paths_for_the_same_samples():
     split = random_split(700)
     indices = sharding.epoch_indices(len(split), 0, 1, epoch=0, seed=3)
     memory = list(device_data.DeviceMnist(split, CPU).batches(indices, 64))
-    loader = DataLoader(torch_data.MnistTensors(split), batch_size=64, sampler=indices.tolist())
+    loader = DataLoader(dataloader.MnistTensors(split), batch_size=64, sampler=indices.tolist())
     assert len(memory) == len(loader) == 11
     for (images, labels), (loader_images, loader_labels) in zip(memory, loader, strict=True):
         assert images.dtype == loader_images.dtype == torch.float32
@@ -113,7 +114,7 @@ def test_as_many_batches_per_epoch_as_the_loader_path(n, size, batch):
     learning-rate schedule."""
     data = device_data.DeviceMnist(random_split(n), CPU)
     memory = device_data.ShardedBatches(data, batch, size - 1, size, seed=0)
-    loader, _ = torch_data.train_loader(torch_data.MnistTensors(random_split(n)), batch,
+    loader, _ = dataloader.train_loader(dataloader.MnistTensors(random_split(n)), batch,
                                         size - 1, size, seed=0, workers=0, pin_memory=False)
     assert len(memory) == len(loader) == sum(1 for _ in memory.epoch(0))
 

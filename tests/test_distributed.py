@@ -9,8 +9,8 @@ import pytest
 from conftest import BIN, REPO
 from horovod.common.exceptions import HorovodInternalError
 
-from horovod_train import distributed
-from horovod_train.errors import RunFailed
+from horovod_train.core import distributed
+from horovod_train.core.errors import RunFailed
 
 # The text TensorFlow wraps Horovod's shutdown in (MXNet's is alike).
 TF_ERROR = ("Graph execution error:\n\nDetected at node DistributedGradientTape_Allreduce\n"
@@ -51,7 +51,7 @@ def test_gloos_source_location_is_left_out():
 RANK_SETTINGS = """
 import os, sys
 import horovod.torch as hvd
-from horovod_train import console, distributed
+from horovod_train.core import console, distributed
 distributed.init_horovod(hvd, cpu_tensors=sys.argv[1] == "cpu")
 # console.say: one write a line, so horovodrun's tag never lands inside one.
 console.say(f"yield_when_idle {os.environ['OMPI_MCA_mpi_yield_when_idle']} {hvd.mpi_enabled()}")

@@ -12,7 +12,7 @@ from conftest import REPO
 
 ENTRY_POINT = """
 import sys, time
-from horovod_train.errors import RunFailed, UserError, run_main
+from horovod_train.core.errors import RunFailed, UserError, run_main
 
 def main():
     what = sys.argv[1]

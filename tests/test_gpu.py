@@ -1,4 +1,4 @@
-"""Whether a GPU host can run the build (horovod_train/gpu.py): the rules
+"""Whether a GPU host can run the build (horovod_train/torch/gpu.py): the rules
 for the driver's CUDA release and the GPU's compute capability, checked
 here without a GPU, and the build record the trainer reads them from."""
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from horovod_train import gpu
+from horovod_train.torch import gpu
 
 # What the default build records: every architecture torch 2.14.1+cu130 has
 # native code for, the newest also as PTX.

@@ -6,7 +6,7 @@ import pytest
 from conftest import REPO
 from horovod.runner.common.util import hosts as horovod_hosts
 
-from horovod_train.errors import UserError
+from horovod_train.core.errors import UserError
 from horovod_train.launch import hosts
 from horovod_train.launch.hosts import Host
 

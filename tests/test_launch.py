@@ -21,8 +21,9 @@ import pytest
 import torch
 from conftest import BIN, EMULATE, REPO, TRAINER
 
-from horovod_train import checkpoint, mnist
-from horovod_train.models import build_model
+from horovod_train.core import mnist
+from horovod_train.torch import checkpoint
+from horovod_train.torch.models import build_model
 
 LAUNCH = REPO / "scripts" / "launch.sh"
 ENV = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}

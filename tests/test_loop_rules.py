@@ -1,4 +1,4 @@
-"""The epoch loop's own rules (train_loop.fit), in process and in seconds:
+"""The epoch loop's own rules (loop.fit), in process and in seconds:
 a small Trainer of its own, softmax regression in numpy on three clusters
 of points, run at size 1. What the framework trainers add (Horovod, their
 models, their checkpoints across ranks) is tested through horovodrun in
@@ -11,8 +11,9 @@ import time
 import numpy as np
 import pytest
 
-from horovod_train import array_checkpoint, distributed, lr_schedule, metrics, options, train_loop
-from horovod_train.errors import UserError
+from horovod_train.core import array_checkpoint, distributed, loop, lr_schedule, metrics, options
+from horovod_train.core.config import RunConfig
+from horovod_train.core.errors import UserError
 
 CLASSES, FEATURES = 3, 2
 
@@ -25,7 +26,7 @@ def blobs(seed: int, count: int) -> tuple[np.ndarray, np.ndarray]:
     return centres[labels] + rng.normal(scale=1.3, size=(count, FEATURES)), labels
 
 
-class SoftmaxTrainer(train_loop.Trainer):
+class SoftmaxTrainer(loop.Trainer):
     """Plain SGD on softmax regression: one process is every rank, so the
     collectives are the identity, and what the loop calls is recorded."""
 
@@ -33,12 +34,12 @@ class SoftmaxTrainer(train_loop.Trainer):
     model_name = "softmax"
     lr_scale = 1.0
 
-    def __init__(self, config: options.RunConfig, batches_per_step: int = 1,
+    def __init__(self, config: RunConfig, batches_per_step: int = 1,
                  checkpoint_error: str | None = None, interrupt_after: int | None = None):
         self.config = config
         self.train, self.test = blobs(1, 240), blobs(2, 90)
         self.n_train, self.n_test = len(self.train[1]), len(self.test[1])
-        self.batches_per_epoch = self.n_train // config.batch_size
+        self.batches_per_epoch = self.n_train // config.schedule.batch_size
         self.batches_per_step = batches_per_step
         self.weights = np.zeros((FEATURES + 1, CLASSES))
         self.gradient = np.zeros_like(self.weights)
@@ -48,7 +49,7 @@ class SoftmaxTrainer(train_loop.Trainer):
         self.calls: list[tuple] = []  # (what, value) in the order the loop made them
 
     def restore(self) -> int:
-        path = array_checkpoint.checkpoint_path(self.config.checkpoint_dir)
+        path = array_checkpoint.checkpoint_path(self.config.outputs.checkpoint_dir)
         epochs_done, arrays = array_checkpoint.load(path, self.framework, self.model_name,
                                                     {"weights": self.weights.shape})
         self.weights = arrays["weights"]
@@ -59,7 +60,7 @@ class SoftmaxTrainer(train_loop.Trainer):
         exp = np.exp(logits - logits.max(axis=1, keepdims=True))
         return exp / exp.sum(axis=1, keepdims=True)
 
-    def sums(self, points, labels) -> train_loop.BatchSums:
+    def sums(self, points, labels) -> loop.BatchSums:
         p = self.probabilities(points)
         loss = -np.log(p[np.arange(len(labels)), labels]).sum()
         return loss, float((p.argmax(axis=1) == labels).sum()), len(labels)
@@ -68,13 +69,13 @@ class SoftmaxTrainer(train_loop.Trainer):
         self.calls.append(("start_epoch", epoch))
 
     def epoch_batches(self, epoch: int):
-        order = np.random.default_rng([self.config.seed, epoch]).permutation(self.n_train)
-        size = self.config.batch_size
+        order = np.random.default_rng([self.config.schedule.seed, epoch]).permutation(self.n_train)
+        size = self.config.schedule.batch_size
         for start in range(0, len(order) - size + 1, size):
             rows = order[start:start + size]
             yield self.train[0][rows], self.train[1][rows]
 
-    def train_batch(self, points, labels) -> train_loop.BatchSums:
+    def train_batch(self, points, labels) -> loop.BatchSums:
         self.calls.append(("train_batch", self.lr))
         sums = self.sums(points, labels)
         p = self.probabilities(points)
@@ -88,7 +89,7 @@ class SoftmaxTrainer(train_loop.Trainer):
     def eval_batches(self):
         yield self.test
 
-    def eval_batch(self, points, labels) -> train_loop.BatchSums:
+    def eval_batch(self, points, labels) -> loop.BatchSums:
         return self.sums(points, labels)
 
     def set_lr(self, lr: float) -> None:
@@ -104,11 +105,11 @@ class SoftmaxTrainer(train_loop.Trainer):
         pass
 
     def save_checkpoint(self, epochs_done: int, extra: dict) -> None:
-        lines = (self.config.log_dir / metrics.METRICS_NAME).read_text().splitlines()
+        lines = (self.config.outputs.log_dir / metrics.METRICS_NAME).read_text().splitlines()
         self.calls.append(("checkpoint", epochs_done, json.loads(lines[-1])["epoch"]))
         if self.checkpoint_error:
             raise UserError(self.checkpoint_error)
-        array_checkpoint.save(self.config.checkpoint_dir, self.framework, self.model_name,
+        array_checkpoint.save(self.config.outputs.checkpoint_dir, self.framework, self.model_name,
                               epochs_done, {"weights": self.weights}, extra)
 
     def end_epoch(self, epoch: int) -> None:
@@ -124,21 +125,22 @@ RUNTIME = distributed.Runtime(rank=0, size=1, local_rank=0, local_size=1, device
                               network=None)
 
 
-def config_of(tmp_path, *argv: str) -> options.RunConfig:
+def config_of(tmp_path, *argv: str) -> RunConfig:
     parser = options.base_parser("loop", "the loop's rules")
-    return options.finish(parser.parse_args(["--log-dir", str(tmp_path / "run"), "--batch-size",
-                                             "24", "--lr", "0.05", "--no-progress", *argv]))
+    argv = ["--log-dir", str(tmp_path / "run"), "--batch-size", "24", "--lr", "0.05",
+            "--no-progress", *argv]
+    return options.finish(parser, parser.parse_args(argv))
 
 
 def fit(trainer: SoftmaxTrainer, epochs_done: int = 0) -> dict:
-    trainer.config.log_dir.mkdir(parents=True, exist_ok=True)
-    trainer.config.checkpoint_dir.mkdir(parents=True, exist_ok=True)
-    return train_loop.fit(trainer.config, RUNTIME, trainer, epochs_done, time.perf_counter())
+    trainer.config.outputs.log_dir.mkdir(parents=True, exist_ok=True)
+    trainer.config.outputs.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    return loop.fit(trainer.config, RUNTIME, trainer, epochs_done, time.perf_counter())
 
 
-def epoch_lines(config: options.RunConfig) -> list[dict]:
+def epoch_lines(config: RunConfig) -> list[dict]:
     return [json.loads(line)
-            for line in (config.log_dir / metrics.METRICS_NAME).read_text().splitlines()]
+            for line in (config.outputs.log_dir / metrics.METRICS_NAME).read_text().splitlines()]
 
 
 def test_the_run_stops_after_the_first_epoch_that_reaches_the_target(tmp_path, capsys):
@@ -154,7 +156,7 @@ def test_the_run_stops_after_the_first_epoch_that_reaches_the_target(tmp_path, c
     assert summary["time_to_target_s"] > 0
     assert summary["test_accuracy"] == accuracies[-1]
     assert f"reached test accuracy 0.87 after epoch {len(lines)}" in capsys.readouterr().out
-    assert json.loads((trainer.config.log_dir / "summary.json").read_text())["epochs"] == 20
+    assert json.loads((trainer.config.outputs.log_dir / "summary.json").read_text())["epochs"] == 20
 
 
 def test_each_epochs_line_is_written_before_its_checkpoint(tmp_path):

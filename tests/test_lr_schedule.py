@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from horovod_train.lr_schedule import learning_rate, lr_scale
+from horovod_train.core.lr_schedule import learning_rate, lr_scale
 
 
 def test_scale_is_the_number_of_workers_when_averaging():

@@ -11,7 +11,7 @@ import subprocess
 import pytest
 from conftest import BIN, REPO
 
-from horovod_train.errors import UserError
+from horovod_train.core.errors import UserError
 
 RUN_MATRIX = REPO / "benchmarks" / "run_matrix.sh"
 spec = importlib.util.spec_from_file_location("matrix", REPO / "benchmarks" / "matrix.py")

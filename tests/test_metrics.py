@@ -7,8 +7,8 @@ from types import SimpleNamespace
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from horovod_train import metrics
-from horovod_train.errors import UserError
+from horovod_train.core import metrics
+from horovod_train.core.errors import UserError
 from horovod_train.pytorch_mnist import parse_args
 
 

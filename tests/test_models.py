@@ -2,7 +2,7 @@
 
 import torch
 
-from horovod_train.models import build_model
+from horovod_train.torch.models import build_model
 
 
 def test_models_are_built_channels_last_unless_asked_otherwise():

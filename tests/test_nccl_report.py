@@ -13,8 +13,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from horovod_train import metrics, nccl_report
-from horovod_train.nccl_report import DebugOutput, parse, run_record, transport_line
+from horovod_train.core import metrics, nccl_report
+from horovod_train.core.nccl_report import DebugOutput, parse, run_record, transport_line
 from horovod_train.pytorch_mnist import parse_args
 
 
@@ -205,5 +205,5 @@ def test_the_summary_has_null_until_the_trainer_hands_in_a_record_json_can_hold(
             parse_args([]))
     assert metrics.build_summary(*args)["nccl"] is None
     record = run_record([rank(ONE_HOST_RUN, "a"), rank(ONE_HOST_RUN, "a")])
-    # train_loop.fit adds the Trainer's summary_fields() over build_summary's.
+    # loop.fit adds the Trainer's summary_fields() over build_summary's.
     assert json.loads(json.dumps(record))["transports"] == ["P2P/CUMEM", "P2P/IPC", "SHM"]

@@ -146,7 +146,7 @@ def launch_from_a(*args: str, timeout: int = 120) -> subprocess.CompletedProcess
 
 
 # What each rank prints: the interface settings its launcher handed it.
-SHOW_SETTINGS = ("import os, socket; from horovod_train.console import say; say(' '.join("
+SHOW_SETTINGS = ("import os, socket; from horovod_train.core.console import say; say(' '.join("
                  "[socket.gethostname()] + [f'{k}={os.environ.get(k)}' for k in ("
                  "'HOROVOD_GLOO_IFACE', 'NCCL_SOCKET_IFNAME', 'OMPI_MCA_btl_tcp_if_include', "
                  "'OMPI_MCA_oob_tcp_if_include')]))")

@@ -5,18 +5,20 @@ import json
 
 import pytest
 
-from horovod_train import distributed, mxnet_mnist, pytorch_mnist, tensorflow2_mnist
-from horovod_train.options import RunConfig
+from horovod_train import mxnet_mnist, pytorch_mnist, tensorflow2_mnist
+from horovod_train.core import distributed
+from horovod_train.core.config import RunConfig, validate
+from horovod_train.torch.models import MNIST_MODELS
 
 
 @pytest.mark.parametrize("entry", [pytorch_mnist, tensorflow2_mnist, mxnet_mnist])
 def test_every_trainer_reads_its_options_into_one_frozen_config(entry):
     config = entry.parse_args(["--epochs", "3", "--log-dir", "out"])
-    assert isinstance(config, RunConfig) and config.epochs == 3
+    assert isinstance(config, RunConfig) and config.schedule.epochs == 3
     # Defaults that depend on other options are filled in once, here.
-    assert config.checkpoint_dir == config.log_dir / "checkpoints"
+    assert config.outputs.checkpoint_dir == config.outputs.log_dir / "checkpoints"
     with pytest.raises(dataclasses.FrozenInstanceError):
-        config.epochs = 4
+        config.schedule.epochs = 4
 
 
 @pytest.mark.parametrize("entry", [pytorch_mnist, tensorflow2_mnist, mxnet_mnist])
@@ -43,3 +45,50 @@ def test_every_trainers_help_names_the_settings_each_rank_makes(entry, capsys):
     settings = {**distributed.RANK_MPI_SETTINGS, **distributed.CPU_RANK_HOROVOD_SETTINGS}
     for name, value in settings.items():
         assert f"{name}={value}" in help_text, name
+
+
+@pytest.mark.parametrize("entry, framework_options", [
+    (pytorch_mnist, True), (tensorflow2_mnist, False), (mxnet_mnist, False)])
+def test_a_run_records_only_its_own_frameworks_options(entry, framework_options):
+    record = entry.parse_args([]).as_record()
+    pytorch_only = {"model", "memory_format", "label_smoothing", "backward_passes_per_step",
+                    "sync_bn", "data_pipeline", "num_workers", "preset", "elastic",
+                    "commit_every", "benchmark_steps", "warmup_steps", "synthetic", "image_size"}
+    assert (pytorch_only <= record.keys()) is framework_options
+    assert framework_options or not pytorch_only & record.keys()
+    # Every option of the trainer's --help is in its record, and nothing else.
+    parser_options = {action.dest for action in entry.build_parser()._actions
+                      if action.dest not in ("help", "check_options")}
+    assert set(record) == parser_options
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--elastic", "--resume", "--sync-bn"], "--elastic does not combine with --resume, --sync-bn"),
+    (["--elastic", "--benchmark-steps", "3"], "--elastic does not combine with --benchmark-steps"),
+    (["--elastic", "--data-pipeline", "loader"],
+     "--elastic does not combine with --data-pipeline loader"),
+    (["--benchmark-steps", "3", "--resume"], "--benchmark-steps does not combine with --resume"),
+    (["--benchmark-steps", "3", "--use-adasum", "--backward-passes-per-step", "2"],
+     "--benchmark-steps does not combine with --use-adasum, --backward-passes-per-step"),
+    (["--benchmark-steps", "3", "--preset", "fast-mnist"],
+     "--benchmark-steps does not combine with --target-accuracy, --label-smoothing"),
+    (["--synthetic"], "--synthetic and the resnet models are for --benchmark-steps runs only"),
+    (["--model", "resnet18", "--benchmark-steps", "3"],
+     "--model resnet18 takes synthetic images only: add --synthetic"),
+])
+def test_every_clash_between_options_is_one_line_and_exit_2(argv, message, capsys):
+    """config.validate, the one place options are checked against each other:
+    what a kind of run would otherwise ignore without a word is refused."""
+    with pytest.raises(SystemExit) as ended:
+        pytorch_mnist.parse_args(argv)
+    assert ended.value.code == 2
+    assert capsys.readouterr().err == f"pytorch_mnist.py: error: {message}\n"
+
+
+@pytest.mark.parametrize("argv", [
+    ["--elastic", "--label-smoothing", "0.1", "--commit-every", "3"],
+    ["--benchmark-steps", "3", "--model", "resnet18", "--synthetic", "--data-pipeline", "loader"],
+    ["--preset", "fast-mnist"],
+])
+def test_options_that_go_together_pass(argv):
+    assert validate(pytorch_mnist.parse_args(argv), MNIST_MODELS) is None

@@ -3,8 +3,8 @@ unusable one named in the error."""
 
 import pytest
 
-from horovod_train import outputs
-from horovod_train.errors import UserError
+from horovod_train.core import outputs
+from horovod_train.core.errors import UserError
 
 
 @pytest.mark.parametrize("blocked", ["log", "checkpoint"])

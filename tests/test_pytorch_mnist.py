@@ -13,7 +13,7 @@ import time
 import pytest
 from conftest import BIN, REPO, TRAINER, assert_trained, horovodrun
 
-from horovod_train import checkpoint
+from horovod_train.torch import checkpoint
 
 pytestmark = pytest.mark.slow
 EPOCHS = ["--epochs", "3"]

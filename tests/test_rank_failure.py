@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import BIN, REPO, TRAINER, horovodrun, on_host, trainer_pids
 
-from horovod_train import checkpoint
+from horovod_train.torch import checkpoint
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 

@@ -4,7 +4,7 @@ across ranks, equal counts, a new order each epoch, the same for a seed."""
 import numpy as np
 import pytest
 
-from horovod_train.sharding import (
+from horovod_train.core.sharding import (
     elastic_batch,
     epoch_indices,
     epoch_order,

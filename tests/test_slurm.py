@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from conftest import BIN, REPO
 
-from horovod_train.errors import RunFailed, UserError
+from horovod_train.core.errors import RunFailed, UserError
 from horovod_train.launch import slurm
 from horovod_train.launch.hosts import Host
 

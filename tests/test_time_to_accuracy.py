@@ -8,8 +8,8 @@ import subprocess
 import pytest
 from conftest import BIN, REPO, TRAINER
 
-from horovod_train.presets import PRESETS
 from horovod_train.pytorch_mnist import parse_args
+from horovod_train.torch.presets import PRESETS
 
 SCRIPT = "benchmarks/time_to_accuracy.py"
 
@@ -20,11 +20,12 @@ def run_benchmark(*args: str, timeout: int = 300) -> subprocess.CompletedProcess
 
 
 def test_preset_sets_defaults_and_options_given_win():
-    args = parse_args(["--preset", "fast-mnist"])
+    record = parse_args(["--preset", "fast-mnist"]).as_record()
     for key, value in PRESETS["fast-mnist"].items():
-        assert getattr(args, key) == value, key
-    assert parse_args(["--preset", "fast-mnist", "--epochs", "7"]).epochs == 7
-    assert parse_args([]).target_accuracy is None and parse_args([]).epochs == 5
+        assert record[key] == value, key
+    assert parse_args(["--preset", "fast-mnist", "--epochs", "7"]).schedule.epochs == 7
+    plain = parse_args([]).schedule
+    assert plain.target_accuracy is None and plain.epochs == 5
 
 
 @pytest.mark.slow

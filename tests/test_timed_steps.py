@@ -13,9 +13,10 @@ import pytest
 import torch
 from conftest import BIN, REPO, horovodrun
 
-from horovod_train import device_data, mnist
 from horovod_train.bench import timed_steps
+from horovod_train.core import mnist
 from horovod_train.pytorch_mnist import parse_args
+from horovod_train.torch import device_data
 
 
 def read_result(log_dir) -> dict:
@@ -104,10 +105,10 @@ def test_ddp_benchmark_outside_torchrun_says_so():
 def test_benchmark_mode_reads_through_the_loader_unless_told():
     """Training defaults to the in-memory pipeline; timed-step runs to the
     DataLoader, the input of ddp_benchmark.py, so Horovod and DDP compare."""
-    assert parse_args([]).data_pipeline == "memory"
-    assert parse_args(["--benchmark-steps", "3"]).data_pipeline == "loader"
-    assert parse_args(["--benchmark-steps", "3", "--data-pipeline", "memory"]).data_pipeline \
-        == "memory"
+    assert parse_args([]).torch.data_pipeline == "memory"
+    assert parse_args(["--benchmark-steps", "3"]).torch.data_pipeline == "loader"
+    assert parse_args(["--benchmark-steps", "3", "--data-pipeline", "memory"]).torch \
+        .data_pipeline == "memory"
 
 
 def test_every_epoch_runs_the_epochs_one_after_the_other():

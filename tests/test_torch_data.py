@@ -5,7 +5,8 @@ DistributedSampler, every sample once per epoch across ranks."""
 import numpy as np
 import torch
 
-from horovod_train import mnist, torch_data
+from horovod_train.core import mnist
+from horovod_train.torch import dataloader
 
 CPU = torch.device("cpu")
 
@@ -17,7 +18,7 @@ def labelled_split(n: int) -> mnist.Split:
     return mnist.Split(images, (np.arange(n) % 10).astype(np.uint8))
 
 
-def epoch_ids(batches: torch_data.LoaderBatches, epoch: int) -> list[int]:
+def epoch_ids(batches: dataloader.LoaderBatches, epoch: int) -> list[int]:
     ids = []
     for images, labels in batches.epoch(epoch):
         assert images.device == CPU and images.shape[1:] == (1, 28, 28)
@@ -27,10 +28,10 @@ def epoch_ids(batches: torch_data.LoaderBatches, epoch: int) -> list[int]:
     return ids
 
 
-def loader_batches(n: int, rank: int, size: int, seed: int = 0) -> torch_data.LoaderBatches:
-    loader, sampler = torch_data.train_loader(torch_data.MnistTensors(labelled_split(n)), 16,
+def loader_batches(n: int, rank: int, size: int, seed: int = 0) -> dataloader.LoaderBatches:
+    loader, sampler = dataloader.train_loader(dataloader.MnistTensors(labelled_split(n)), 16,
                                               rank, size, seed, workers=0, pin_memory=False)
-    return torch_data.LoaderBatches(loader, sampler, CPU)
+    return dataloader.LoaderBatches(loader, sampler, CPU)
 
 
 def test_every_sample_once_per_epoch_across_ranks():

@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from horovod_train import pytorch_mnist, watchdog
+from horovod_train import pytorch_mnist
+from horovod_train.core import watchdog
 
 # Ranks 0 and 1 on host a, 2 and 3 on host b; rank 0 listens for heartbeats.
 PEERS = [watchdog.Peer(0, "a", 10, "1", ("10.0.0.1",), 5000),
@@ -56,7 +57,8 @@ def test_a_process_is_told_from_a_later_one_with_its_pid():
                                             ("soon", False)])
 def test_the_stall_limit_is_seconds_or_0_for_off(value, accepted, capsys):
     if accepted:
-        assert pytorch_mnist.parse_args(["--stall-limit", value]).stall_limit == float(value)
+        config = pytorch_mnist.parse_args(["--stall-limit", value])
+        assert config.horovod.stall_limit == float(value)
     else:
         with pytest.raises(SystemExit) as ended:
             pytorch_mnist.parse_args(["--stall-limit", value])

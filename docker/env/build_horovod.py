@@ -60,7 +60,7 @@ print(json.dumps(out))
 
 
 # Standalone on purpose: this runs inside the image build, before the
-# project's package is installed, so it cannot import horovod_train.errors.
+# project's package is installed, so it cannot import horovod_train.core.errors.
 # It follows the same convention (run_main below): bad input or a missing
 # tool is a UserError, one line `build_horovod: error: ...` and exit 2; a step
 # that started and failed is a RunFailed, one line and exit 1; Ctrl-C 130.
@@ -532,7 +532,7 @@ def default_cache_dir() -> Path:
 
 
 def run_main(argv: list[str]) -> None:
-    """horovod_train.errors.run_main's convention, by hand (see UserError)."""
+    """horovod_train.core.errors.run_main's convention, by hand (see UserError)."""
     try:
         code = main(argv)
     except UserError as err:

@@ -15,7 +15,7 @@ import io
 import statistics
 from pathlib import Path
 
-from horovod_train.atomic import atomic_write_bytes, atomic_write_json
+from horovod_train.core.atomic import atomic_write_bytes, atomic_write_json
 
 HIGH_VARIANCE = 0.10
 

@@ -14,9 +14,11 @@ import horovod
 import numpy as np
 import torch
 
-from horovod_train import device_data, mnist, train_loop, train_torch
 from horovod_train.bench import timed_steps, upstream_example
-from horovod_train.models import build_model
+from horovod_train.core import loop, mnist
+from horovod_train.torch import device_data
+from horovod_train.torch.models import build_model
+from horovod_train.torch.trainer import amp_settings, batch_trainer, distributed_optimizer, set_lr
 
 TARGET_RATIO = 1.5  # our goal: at least 1.5x the reference's images/s
 SIDES = ("ours", "reference")
@@ -42,16 +44,16 @@ class OurTrainer:
         shards = device_data.ShardedBatches(device_data.DeviceMnist(split, device), batch_size,
                                             rank, size, seed)
         self.batches = timed_steps.every_epoch(shards)
-        amp_dtype, use_scaler = train_torch.amp_settings(device)
-        self.train_batch = train_torch.batch_trainer(
+        amp_dtype, use_scaler = amp_settings(device)
+        self.train_batch = batch_trainer(
             model, optimizer, device, amp_dtype, torch.amp.GradScaler("cuda", enabled=use_scaler),
             passes=1)
         self.last_loss = float("nan")
 
     def run(self, steps: int) -> None:
         self.model.train()
-        loss_sum, _, count = train_loop.train_epoch(
-            self.train_batch, lambda lr: train_torch.set_lr(self.optimizer, lr),
+        loss_sum, _, count = loop.train_epoch(
+            self.train_batch, lambda lr: set_lr(self.optimizer, lr),
             itertools.islice(self.batches, steps), lr_at=lambda _: self.lr)
         self.last_loss = loss_sum / count
 
@@ -63,7 +65,7 @@ def build_sides(model_name: str, split: mnist.Split, batch_size: int, lr: float,
     for name in SIDES:
         torch.manual_seed(seed)
         model = build_model(model_name).to(device)
-        optimizer = train_torch.distributed_optimizer(model, lr, momentum, fp16_allreduce=False)
+        optimizer = distributed_optimizer(model, lr, momentum, fp16_allreduce=False)
         if name == "ours":
             sides[name] = OurTrainer(model, optimizer, split, batch_size, rank, size, seed, lr,
                                      device)

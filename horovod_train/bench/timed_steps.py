@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from horovod_train.atomic import atomic_write_json
+from horovod_train.core.atomic import atomic_write_json
 
 RESULT_NAME = "benchmark.json"
 

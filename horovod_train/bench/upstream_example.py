@@ -18,7 +18,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 from torchvision import transforms
 
-from horovod_train import mnist
+from horovod_train.core import mnist
 
 LOG_INTERVAL = 10  # the example's --log-interval default
 

@@ -38,7 +38,7 @@ if __package__ in (None, ""):
     # directory (whose module names would shadow installed packages).
     sys.path[0] = str(Path(__file__).resolve().parents[2])
 
-from horovod_train.errors import UserError, run_main  # noqa: E402
+from horovod_train.core.errors import UserError, run_main  # noqa: E402
 from horovod_train.launch import hosts  # noqa: E402
 
 

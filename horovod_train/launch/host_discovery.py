@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from horovod_train.errors import ArgumentParser, run_main
+from horovod_train.core.errors import ArgumentParser, run_main
 from horovod_train.launch import hosts
 
 

@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from horovod_train.errors import ArgumentParser, UserError, run_main
+from horovod_train.core.errors import ArgumentParser, UserError, run_main
 from horovod_train.launch import network
 
 

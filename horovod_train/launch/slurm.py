@@ -78,7 +78,7 @@ if __package__ in (None, ""):
     # Run as a file (the batch script does): import the package from the checkout.
     sys.path[0] = str(Path(__file__).resolve().parents[2])
 
-from horovod_train.errors import ArgumentParser, RunFailed, UserError, run_main  # noqa: E402
+from horovod_train.core.errors import ArgumentParser, RunFailed, UserError, run_main  # noqa: E402
 from horovod_train.launch import network  # noqa: E402
 from horovod_train.launch.hosts import Host, SshTarget, host_list, probe_ssh_port, total_slots  # noqa: E402
 

@@ -52,7 +52,7 @@ SCRIPTS = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(SCRIPTS))
 import emulate_cluster  # noqa: E402  (which puts the checkout's package on the path)
 
-from horovod_train.errors import ArgumentParser, RunFailed, UserError, run_main  # noqa: E402
+from horovod_train.core.errors import ArgumentParser, RunFailed, UserError, run_main  # noqa: E402
 
 STATE_DIR = Path(os.environ.get("SLURM_STATE_DIR", "/run/horovod-train-slurm"))
 PARTITION = "hvt"

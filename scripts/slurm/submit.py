@@ -35,7 +35,7 @@ try:
 except ImportError:  # said in one line by main()
     submitit = None
 
-from horovod_train.errors import ArgumentParser, RunFailed, UserError, run_main
+from horovod_train.core.errors import ArgumentParser, RunFailed, UserError, run_main
 from horovod_train.launch import slurm
 
 REPO = Path(__file__).resolve().parent.parent.parent

@@ -4,7 +4,7 @@ made before anything is written, or refused in one line."""
 import os
 from pathlib import Path
 
-from horovod_train.errors import UserError
+from horovod_train.core.errors import UserError
 
 
 def prepare_output_dirs(log_dir: Path, checkpoint_dir: Path) -> None:

@@ -1,5 +1,5 @@
 """The TensorFlow 2 training run: Keras model, a custom step with
-hvd.DistributedGradientTape, and the shared epoch loop (train_loop.py)."""
+hvd.DistributedGradientTape, and the shared epoch loop (loop.py)."""
 
 import time
 
@@ -7,9 +7,9 @@ import horovod.tensorflow as hvd
 import numpy as np
 import tensorflow as tf
 
-from horovod_train import array_checkpoint, array_data, distributed, metrics, mnist, train_loop
-from horovod_train.lr_schedule import lr_scale
-from horovod_train.options import RunConfig
+from horovod_train.core import array_checkpoint, array_data, distributed, loop, metrics, mnist
+from horovod_train.core.config import RunConfig
+from horovod_train.core.lr_schedule import lr_scale
 
 MODEL_NAME = "mnist_cnn"
 
@@ -62,7 +62,7 @@ def model_arrays(model: tf.keras.Model, optimizer) -> dict[str, tf.Variable]:
     return named
 
 
-class TensorFlowTrainer(train_loop.Trainer):
+class TensorFlowTrainer(loop.Trainer):
     """TensorFlow's side of the loop: a Keras model stepped with
     hvd.DistributedGradientTape in a tf.function, its variables in an array
     checkpoint, the collectives of horovod.tensorflow."""
@@ -74,17 +74,19 @@ class TensorFlowTrainer(train_loop.Trainer):
                  test: mnist.Split):
         self.config, self.rt, self.train, self.test = config, rt, train, test
         self.n_train, self.n_test = len(train), len(test)
-        self.lr_scale = lr_scale(rt.size, config.use_adasum, rt.local_size,
+        self.lr_scale = lr_scale(rt.size, config.horovod.use_adasum, rt.local_size,
                                  on_gpu=rt.device != "cpu")
-        self.batches_per_epoch = array_data.batches_per_epoch(train, rt.size, config.batch_size)
+        self.batches_per_epoch = array_data.batches_per_epoch(train, rt.size,
+                                                              config.schedule.batch_size)
         self.model = build_model()
-        self.optimizer = tf.keras.optimizers.SGD(learning_rate=config.lr,
-                                                 momentum=config.momentum)
+        self.optimizer = tf.keras.optimizers.SGD(learning_rate=config.schedule.lr,
+                                                 momentum=config.schedule.momentum)
         self.optimizer.build(self.model.trainable_variables)  # creates the momentum slots now
         self.variables = model_arrays(self.model, self.optimizer)
-        self.checkpoint_path = array_checkpoint.checkpoint_path(config.checkpoint_dir)
-        self.compression = hvd.Compression.fp16 if config.fp16_allreduce else hvd.Compression.none
-        self.op = hvd.Adasum if config.use_adasum else hvd.Average
+        self.checkpoint_path = array_checkpoint.checkpoint_path(config.outputs.checkpoint_dir)
+        self.compression = (hvd.Compression.fp16 if config.horovod.fp16_allreduce
+                            else hvd.Compression.none)
+        self.op = hvd.Adasum if config.horovod.use_adasum else hvd.Average
         self.loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True,
                                                                      reduction="sum")
         self.train_step = tf.function(self.gradient_step, reduce_retracing=True)
@@ -123,17 +125,17 @@ class TensorFlowTrainer(train_loop.Trainer):
 
     def epoch_batches(self, epoch: int):
         return array_data.epoch_batches(self.train, self.rt.rank, self.rt.size, epoch,
-                                        self.config.seed, self.config.batch_size)
+                                        self.config.schedule.seed, self.config.schedule.batch_size)
 
-    def train_batch(self, images, labels) -> train_loop.BatchSums:
+    def train_batch(self, images, labels) -> loop.BatchSums:
         loss, correct = self.train_step(*as_tensors(images, labels))
         return float(loss), float(correct), len(labels)
 
     def eval_batches(self):
         return array_data.eval_batches(self.test, self.rt.rank, self.rt.size,
-                                       self.config.test_batch_size)
+                                       self.config.schedule.test_batch_size)
 
-    def eval_batch(self, images, labels) -> train_loop.BatchSums:
+    def eval_batch(self, images, labels) -> loop.BatchSums:
         loss, correct = self.eval_step(*as_tensors(images, labels))
         return float(loss), float(correct), len(labels)
 
@@ -152,8 +154,9 @@ class TensorFlowTrainer(train_loop.Trainer):
             v.assign(hvd.allreduce(v, op=hvd.Average, name=f"buffer.{v.name}"))
 
     def save_checkpoint(self, epochs_done: int, extra: dict) -> None:
-        array_checkpoint.save(self.config.checkpoint_dir, "tensorflow", MODEL_NAME, epochs_done,
-                              {n: v.numpy() for n, v in self.variables.items()}, extra)
+        array_checkpoint.save(self.config.outputs.checkpoint_dir, "tensorflow", MODEL_NAME,
+                              epochs_done, {n: v.numpy() for n, v in self.variables.items()},
+                              extra)
 
     def digest(self) -> str:
         return distributed.digest((v.name, v.numpy()) for v in self.model.weights)
@@ -165,14 +168,16 @@ def as_tensors(images: np.ndarray, labels: np.ndarray):
 
 def run(config: RunConfig) -> dict:
     started = time.perf_counter()
-    rt = init(use_gpu=not config.no_cuda, threads=config.threads, seed=config.seed)
-    distributed.check_controller(config.use_adasum, rt.controller, "tensorflow")
+    rt = init(use_gpu=not config.device.no_cuda, threads=config.device.threads,
+              seed=config.schedule.seed)
+    distributed.check_controller(config.horovod.use_adasum, rt.controller, "tensorflow")
     train, test = distributed.prepare_run(hvd, rt, config)
     trainer = TensorFlowTrainer(config, rt, train, test)
-    epochs_done = distributed.resume_on_root(hvd, rt, trainer.restore) if config.resume else 0
-    metrics.note_checkpoint(rt, trainer.checkpoint_path, config.resume)
+    resume = config.outputs.resume
+    epochs_done = distributed.resume_on_root(hvd, rt, trainer.restore) if resume else 0
+    metrics.note_checkpoint(rt, trainer.checkpoint_path, config.outputs.resume)
     trainer.broadcast_from_root()
-    return train_loop.fit(config, rt, trainer, epochs_done, started)
+    return loop.fit(config, rt, trainer, epochs_done, started)
 
 
 def count_correct(logits, labels):

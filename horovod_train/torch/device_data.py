@@ -12,14 +12,14 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
-from horovod_train import mnist, sharding
+from horovod_train.core import mnist, sharding
 
 Batch = tuple[torch.Tensor, torch.Tensor]  # images (B, 1, 28, 28) float32, labels (B,) int64
 
 
 def normalise(images: torch.Tensor) -> torch.Tensor:
     """uint8 (B, 28, 28) -> float32 (B, 1, 28, 28), the same float32
-    operations as torch_data.MnistTensors does per image, so both pipelines
+    operations as dataloader.MnistTensors does per image, so both pipelines
     feed the model identical tensors."""
     return ((images.float().div_(255.0) - mnist.MEAN) / mnist.STD).unsqueeze(1)
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-from horovod_train import mnist, sharding
+from horovod_train.core import mnist, sharding
 
 
 class MnistTensors(Dataset):

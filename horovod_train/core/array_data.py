@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from horovod_train import mnist, sharding
+from horovod_train.core import mnist, sharding
 
 Batch = tuple[np.ndarray, np.ndarray]  # images (B, 28, 28) float32, labels (B,) uint8
 

@@ -34,8 +34,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from horovod_train.distributed import first_sentence
-from horovod_train.errors import RunFailed, UserError, print_error
+from horovod_train.core.distributed import first_sentence
+from horovod_train.core.errors import RunFailed, UserError, print_error
 
 HEARTBEAT_EVERY_S = 1.0
 # A rank not heard from for this long has stopped answering (for the

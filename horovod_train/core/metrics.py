@@ -12,9 +12,9 @@ from pathlib import Path
 from tensorboard.compat.proto import event_pb2, summary_pb2
 from tensorboard.summary.writer.record_writer import RecordWriter
 
-from horovod_train.atomic import atomic_write_bytes
-from horovod_train.console import say
-from horovod_train.errors import UserError
+from horovod_train.core.atomic import atomic_write_bytes
+from horovod_train.core.console import say
+from horovod_train.core.errors import UserError
 
 METRICS_NAME = "metrics.jsonl"
 SUMMARY_NAME = "summary.json"

@@ -25,19 +25,11 @@ from pathlib import Path
 import horovod.torch as hvd
 import torch
 
-from horovod_train import (
-    console,
-    device_data,
-    distributed,
-    lr_schedule,
-    mnist,
-    outputs,
-    sharding,
-    train_loop,
-)
-from horovod_train.models import build_model
-from horovod_train.options import RunConfig
-from horovod_train.train_torch import (
+from horovod_train.core import console, distributed, loop, lr_schedule, mnist, outputs, sharding
+from horovod_train.core.config import RunConfig
+from horovod_train.torch import device_data
+from horovod_train.torch.models import build_model
+from horovod_train.torch.trainer import (
     TorchTrainer,
     batch_trainer,
     distributed_optimizer,
@@ -68,6 +60,8 @@ class ElasticTrainer(TorchTrainer):
     end, and a learning rate counted in samples. Made anew after every
     reset, with the ranks there are then."""
 
+    watch_stalls = False  # lost ranks are Horovod Elastic's to handle, with its own timeouts
+
     def __init__(self, config: RunConfig, state, train_data: device_data.DeviceMnist,
                  test_data: device_data.DeviceMnist, events: EventLog, rt: distributed.Runtime):
         super().__init__(config, state.model, state.optimizer, train_data.device,
@@ -75,10 +69,10 @@ class ElasticTrainer(TorchTrainer):
         self.state, self.train_data, self.test_data, self.events = (state, train_data, test_data,
                                                                    events)
         self.rank, self.size = rt.rank, rt.size
-        self.batches_per_epoch = math.ceil(self.n_train / (rt.size * config.batch_size))
+        self.batches_per_epoch = math.ceil(self.n_train / (rt.size * config.schedule.batch_size))
         self.step = batch_trainer(self.model, self.optimizer, self.device, amp_dtype=None,
                                   scaler=torch.amp.GradScaler("cuda", enabled=False), passes=1,
-                                  label_smoothing=config.label_smoothing)
+                                  label_smoothing=config.torch.label_smoothing)
 
     def start_epoch(self, epoch: int) -> None:
         self.model.train()
@@ -87,20 +81,20 @@ class ElasticTrainer(TorchTrainer):
         """From the position the state holds (after a reset, the last
         commit's) to the end of the epoch, each rank its share of every
         batch of the ranks there are now."""
-        order = sharding.epoch_order(self.n_train, epoch, self.config.seed)
+        order = sharding.epoch_order(self.n_train, epoch, self.config.schedule.seed)
         while self.state.samples_done < self.n_train:
             indices = sharding.elastic_batch(order, self.state.samples_done, self.rank, self.size,
-                                             self.config.batch_size)
+                                             self.config.schedule.batch_size)
             yield self.train_data.batch(torch.from_numpy(indices).to(self.device))
 
-    def train_batch(self, images, labels) -> train_loop.BatchSums:
+    def train_batch(self, images, labels) -> loop.BatchSums:
         """The step, then the position in the epoch moves on; a commit every
         --commit-every steps."""
         sums = self.step(images, labels)
-        self.state.samples_done = min(self.n_train,
-                                      self.state.samples_done + self.size * self.config.batch_size)
+        self.state.samples_done = min(self.n_train, self.state.samples_done
+                                      + self.size * self.config.schedule.batch_size)
         self.state.steps += 1
-        if self.state.steps % self.config.commit_every == 0:
+        if self.state.steps % self.config.torch.commit_every == 0:
             self.commit()
         return sums
 
@@ -117,34 +111,37 @@ class ElasticTrainer(TorchTrainer):
         self.commit()
 
     def eval_batches(self):
-        return self.test_data.batches(
-            sharding.eval_indices(self.n_test, self.rank, self.size), self.config.test_batch_size)
+        return self.test_data.batches(sharding.eval_indices(self.n_test, self.rank, self.size),
+                                      self.config.schedule.test_batch_size)
 
-    def eval_batch(self, images, labels) -> train_loop.BatchSums:
+    def eval_batch(self, images, labels) -> loop.BatchSums:
         return eval_batch(self.model, images, labels, self.device, None)
 
     def learning_rate(self, step: int, scheduled) -> float:
         # The schedule counted in samples, so it does not depend on the
         # number of ranks; the peak scales with the ranks there are now.
+        schedule = self.config.schedule
         return lr_schedule.learning_rate(
             self.state.epoch * self.n_train + self.state.samples_done, self.n_train,
-            self.config.epochs, self.config.lr, float(self.size), self.config.warmup_epochs)
+            schedule.epochs, schedule.lr, float(self.size), schedule.warmup_epochs)
 
 
 def run(config: RunConfig) -> dict:
     started = time.perf_counter()
-    rt, device = init(use_cuda=not config.no_cuda, threads=config.threads, seed=config.seed)
+    rt, device = init(use_cuda=not config.device.no_cuda, threads=config.device.threads,
+                      seed=config.schedule.seed)
     threads = rt.threads
     if rt.is_root:
-        outputs.prepare_output_dirs(config.log_dir, config.checkpoint_dir)
+        outputs.prepare_output_dirs(config.outputs.log_dir, config.outputs.checkpoint_dir)
     # Local only (see the module's docstring): a bad data directory ends this rank.
-    train_split, test_split = mnist.load_train_test(config.data_dir,
-                                                    download=not config.no_download)
+    train_split, test_split = mnist.load_train_test(config.data.data_dir,
+                                                    download=not config.data.no_download)
     train_data = device_data.DeviceMnist(train_split, device)
     test_data = device_data.DeviceMnist(test_split, device)
-    model = build_model(config.model, config.memory_format).to(device)
-    optimizer = distributed_optimizer(model, config.lr, config.momentum, config.fp16_allreduce)
-    events = EventLog(config.log_dir)
+    model = build_model(config.torch.model, config.torch.memory_format).to(device)
+    optimizer = distributed_optimizer(model, config.schedule.lr, config.schedule.momentum,
+                                      config.horovod.fp16_allreduce)
+    events = EventLog(config.outputs.log_dir)
 
     state = hvd.elastic.TorchState(model=model, optimizer=optimizer, epoch=0, samples_done=0,
                                    steps=0)
@@ -159,6 +156,6 @@ def run(config: RunConfig) -> dict:
         # there are then, from the epoch and position of the last commit.
         rt = distributed.describe(hvd, str(device), threads)
         trainer = ElasticTrainer(config, state, train_data, test_data, events, rt)
-        return train_loop.fit(config, rt, trainer, state.epoch, started)
+        return loop.fit(config, rt, trainer, state.epoch, started)
 
     return train(state)

@@ -11,9 +11,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from horovod_train.array_checkpoint import check_shapes
-from horovod_train.atomic import atomic_output
-from horovod_train.errors import UserError
+from horovod_train.core.array_checkpoint import check_shapes
+from horovod_train.core.atomic import atomic_output
+from horovod_train.core.errors import UserError
 
 FORMAT = "horovod-train/pytorch-checkpoint/1"
 CHECKPOINT_NAME = "checkpoint.pt"

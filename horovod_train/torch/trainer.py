@@ -11,25 +11,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from horovod_train import (
-    allocator,
-    checkpoint,
+from horovod_train.core import (
     console,
-    device_data,
     distributed,
-    gpu,
+    loop,
     lr_schedule,
     metrics,
     mnist,
     nccl_report,
-    outputs,
-    torch_data,
-    train_loop,
 )
-from horovod_train.bench import timed_steps
-from horovod_train.errors import UserError
-from horovod_train.models import build_model, convert_sync_batchnorm, input_shape
-from horovod_train.options import RunConfig
+from horovod_train.core.config import RunConfig
+from horovod_train.core.errors import UserError
+from horovod_train.torch import allocator, checkpoint, dataloader, device_data, gpu
+from horovod_train.torch.models import build_model, convert_sync_batchnorm
 
 # This process's NCCL debug output (GPU runs): set up before hvd.init(), read
 # after NCCL's first collective (nccl_transport).
@@ -112,10 +106,10 @@ def training_batches(pipeline: str, split: mnist.Split, batch_size: int, rt: dis
     if pipeline == "memory":
         return device_data.ShardedBatches(device_data.DeviceMnist(split, device), batch_size,
                                           rt.rank, rt.size, seed)
-    loader, sampler = torch_data.train_loader(
-        torch_data.MnistTensors(split), batch_size, rt.rank, rt.size, seed, workers,
+    loader, sampler = dataloader.train_loader(
+        dataloader.MnistTensors(split), batch_size, rt.rank, rt.size, seed, workers,
         pin_memory=device.type == "cuda")
-    return torch_data.LoaderBatches(loader, sampler, device)
+    return dataloader.LoaderBatches(loader, sampler, device)
 
 
 def evaluation_batches(pipeline: str, split: mnist.Split, batch_size: int,
@@ -124,7 +118,7 @@ def evaluation_batches(pipeline: str, split: mnist.Split, batch_size: int,
     if pipeline == "memory":
         return device_data.EvalBatches(device_data.DeviceMnist(split, device), batch_size,
                                        rt.rank, rt.size)
-    return torch_data.test_loader(torch_data.MnistTensors(split), batch_size, rt.rank, rt.size)
+    return dataloader.test_loader(dataloader.MnistTensors(split), batch_size, rt.rank, rt.size)
 
 
 def distributed_optimizer(model: nn.Module, lr: float, momentum: float, fp16_allreduce: bool,
@@ -142,7 +136,7 @@ def distributed_optimizer(model: nn.Module, lr: float, momentum: float, fp16_all
     )
 
 
-class TorchTrainer(train_loop.Trainer):
+class TorchTrainer(loop.Trainer):
     """What every PyTorch run does the same way: one model and one Horovod
     optimizer on a device, their checkpoint, the collectives of
     horovod.torch. Each kind of run (epochs, elastic) adds its batches and
@@ -153,7 +147,7 @@ class TorchTrainer(train_loop.Trainer):
     def __init__(self, config: RunConfig, model: nn.Module, optimizer, device: torch.device,
                  n_train: int, n_test: int, lr_scale: float):
         self.config, self.model, self.optimizer, self.device = config, model, optimizer, device
-        self.model_name = config.model
+        self.model_name = config.torch.model
         self.n_train, self.n_test, self.lr_scale = n_train, n_test, lr_scale
 
     def set_lr(self, lr: float) -> None:
@@ -169,8 +163,8 @@ class TorchTrainer(train_loop.Trainer):
         average_buffers(self.model)
 
     def save_checkpoint(self, epochs_done: int, extra: dict) -> None:
-        checkpoint.save(self.config.checkpoint_dir, self.model, self.optimizer, self.config.model,
-                        epochs_done, extra=extra)
+        checkpoint.save(self.config.outputs.checkpoint_dir, self.model, self.optimizer,
+                        self.model_name, epochs_done, extra=extra)
 
     def digest(self) -> str:
         return state_digest(self.model)
@@ -189,24 +183,26 @@ class EpochTrainer(TorchTrainer):
                  lr_scale: float, nccl: dict | None):
         super().__init__(config, model, optimizer, device, len(train_split), len(test_split),
                          lr_scale)
-        self.rank, self.seed, self.nccl = rt.rank, config.seed, nccl
-        workers = config.num_workers if config.num_workers is not None else (
+        schedule, options = config.schedule, config.torch
+        self.rank, self.seed, self.nccl = rt.rank, schedule.seed, nccl
+        workers = options.num_workers if options.num_workers is not None else (
             2 if device.type == "cuda" else 0)
-        self.train_batches = training_batches(config.data_pipeline, train_split,
-                                              config.batch_size, rt, config.seed, device, workers)
-        self.test_batches = evaluation_batches(config.data_pipeline, test_split,
-                                               config.test_batch_size, rt, device)
-        passes = self.batches_per_step = config.backward_passes_per_step
+        self.train_batches = training_batches(options.data_pipeline, train_split,
+                                              schedule.batch_size, rt, schedule.seed, device,
+                                              workers)
+        self.test_batches = evaluation_batches(options.data_pipeline, test_split,
+                                               schedule.test_batch_size, rt, device)
+        passes = self.batches_per_step = options.backward_passes_per_step
         # Same count on every rank (the shards are padded): whole optimizer steps only.
         self.batches_per_epoch = len(self.train_batches) // passes * passes
         if self.batches_per_epoch == 0:
             raise UserError(
                 f"{len(train_split)} training images over {rt.size} ranks give fewer than "
-                f"{passes} batches of {config.batch_size} per rank")
+                f"{passes} batches of {schedule.batch_size} per rank")
         self.amp_dtype, use_scaler = amp_settings(device)
         self.step = batch_trainer(model, optimizer, device, self.amp_dtype,
                                   torch.amp.GradScaler("cuda", enabled=use_scaler), passes,
-                                  config.label_smoothing)
+                                  options.label_smoothing)
 
     def start_epoch(self, epoch: int) -> None:
         self.model.train()
@@ -217,13 +213,13 @@ class EpochTrainer(TorchTrainer):
     def epoch_batches(self, epoch: int):
         return self.train_batches.epoch(epoch)
 
-    def train_batch(self, images, labels) -> train_loop.BatchSums:
+    def train_batch(self, images, labels) -> loop.BatchSums:
         return self.step(images, labels)
 
     def eval_batches(self):
         return self.test_batches
 
-    def eval_batch(self, images, labels) -> train_loop.BatchSums:
+    def eval_batch(self, images, labels) -> loop.BatchSums:
         return eval_batch(self.model, images, labels, self.device, self.amp_dtype)
 
     def summary_fields(self) -> dict:
@@ -231,35 +227,38 @@ class EpochTrainer(TorchTrainer):
 
 
 def run(config: RunConfig) -> dict:
-    """The training run: the shared epoch loop (train_loop.fit) with an EpochTrainer."""
+    """The training run: the shared epoch loop (loop.fit) with an EpochTrainer."""
     started = time.perf_counter()
-    rt, device = init(use_cuda=not config.no_cuda, threads=config.threads, seed=config.seed)
+    schedule, horovod, options, out = config.schedule, config.horovod, config.torch, config.outputs
+    rt, device = init(use_cuda=not config.device.no_cuda, threads=config.device.threads,
+                      seed=schedule.seed)
     on_cuda = device.type == "cuda"
-    distributed.check_controller(config.use_adasum, rt.controller, "pytorch")
-    if config.sync_bn and not on_cuda:
+    distributed.check_controller(horovod.use_adasum, rt.controller, "pytorch")
+    if options.sync_bn and not on_cuda:
         raise UserError("--sync-bn needs GPUs: Horovod's SyncBatchNorm works on CUDA tensors only")
     train_split, test_split = distributed.prepare_run(hvd, rt, config)
 
-    model = build_model(config.model, config.memory_format)
-    if config.sync_bn:
+    model = build_model(options.model, options.memory_format)
+    if options.sync_bn:
         model = convert_sync_batchnorm(model, hvd.SyncBatchNorm)
     model.to(device)
-    scale = lr_schedule.lr_scale(rt.size, config.use_adasum, rt.local_size, on_cuda)
-    optimizer = distributed_optimizer(model, config.lr, config.momentum, config.fp16_allreduce,
-                                      config.use_adasum, config.backward_passes_per_step)
+    scale = lr_schedule.lr_scale(rt.size, horovod.use_adasum, rt.local_size, on_cuda)
+    optimizer = distributed_optimizer(model, schedule.lr, schedule.momentum,
+                                      horovod.fp16_allreduce, horovod.use_adasum,
+                                      options.backward_passes_per_step)
 
     epochs_done = 0
-    if config.resume:
+    if out.resume:
         epochs_done = distributed.resume_on_root(hvd, rt, lambda: checkpoint.resume(
-            config.checkpoint_dir, model, optimizer, config.model))
-    metrics.note_checkpoint(rt, checkpoint.checkpoint_path(config.checkpoint_dir), config.resume)
+            out.checkpoint_dir, model, optimizer, options.model))
+    metrics.note_checkpoint(rt, checkpoint.checkpoint_path(out.checkpoint_dir), out.resume)
     # Every rank starts from rank 0's weights and optimizer state.
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
     nccl = nccl_transport(rt, device) if on_cuda else None
     trainer = EpochTrainer(config, model, optimizer, device, rt, train_split, test_split, scale,
                            nccl)
-    return train_loop.fit(config, rt, trainer, epochs_done, started)
+    return loop.fit(config, rt, trainer, epochs_done, started)
 
 
 def set_lr(optimizer, lr: float) -> None:
@@ -269,7 +268,7 @@ def set_lr(optimizer, lr: float) -> None:
 
 def batch_trainer(model, optimizer, device, amp_dtype, scaler, passes: int,
                   label_smoothing: float = 0.0):
-    """The PyTorch step as train_loop calls it, once per batch: forward and
+    """The PyTorch step as the loop calls it, once per batch: forward and
     backward, and the optimizer step after every `passes` batches. It
     returns the batch's sums as device tensors, so nothing waits for the
     device or for Horovod (no .item(), no synchronize() except the
@@ -278,7 +277,7 @@ def batch_trainer(model, optimizer, device, amp_dtype, scaler, passes: int,
     queueing the next steps."""
     batches_done = itertools.count(1)
 
-    def train_batch(images, labels) -> train_loop.BatchSums:
+    def train_batch(images, labels) -> loop.BatchSums:
         images = images.to(device, non_blocking=True)
         labels = labels.to(device, non_blocking=True)
         with autocast(device, amp_dtype):
@@ -305,7 +304,7 @@ def batch_trainer(model, optimizer, device, amp_dtype, scaler, passes: int,
 
 
 @torch.no_grad()
-def eval_batch(model, images, labels, device, amp_dtype) -> train_loop.BatchSums:
+def eval_batch(model, images, labels, device, amp_dtype) -> loop.BatchSums:
     images, labels = images.to(device), labels.to(device)
     with autocast(device, amp_dtype):
         output = model(images)
@@ -316,48 +315,3 @@ def eval_batch(model, images, labels, device, amp_dtype) -> train_loop.BatchSums
 def autocast(device: torch.device, amp_dtype: torch.dtype | None):
     return (torch.autocast(device.type, dtype=amp_dtype) if amp_dtype
             else contextlib.nullcontext())
-
-
-def benchmark(config: RunConfig) -> dict:
-    """Time --benchmark-steps training steps (after --warmup-steps) with
-    Horovod; rank 0 writes every rank's figures to LOG_DIR/benchmark.json."""
-    rt, device = init(use_cuda=not config.no_cuda, threads=config.threads, seed=config.seed)
-    distributed.check_all_ranks(
-        hvd.allgather_object, rt.rank,
-        lambda: rt.is_root and outputs.prepare_output_dirs(config.log_dir, config.log_dir), "dirs")
-    model = build_model(config.model, config.memory_format).to(device)
-    if config.synthetic:
-        shape, classes = input_shape(config.model, config.image_size)
-        batches = timed_steps.synthetic_batches(config.batch_size, shape, classes, device)
-    else:
-        train_split = distributed.check_all_ranks(
-            hvd.allgather_object, rt.rank,
-            lambda: mnist.load_train_test(config.data_dir, download=not config.no_download)[0],
-            "data")
-        batches = timed_steps.every_epoch(training_batches(
-            config.data_pipeline, train_split, config.batch_size, rt, config.seed, device,
-            workers=0))
-    optimizer = distributed_optimizer(model, config.lr, config.momentum, config.fp16_allreduce)
-    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-    nccl = nccl_transport(rt, device) if device.type == "cuda" else None
-    model.train()
-    mine = timed_steps.time_steps(timed_steps.horovod_step(model, optimizer, batches),
-                                  config.warmup_steps, config.benchmark_steps, config.batch_size,
-                                  device)
-    per_rank = hvd.allgather_object(mine, name="benchmark")
-    record = timed_steps.summarize(per_rank, {
-        "launcher": "horovod", "controller": rt.controller, "model": config.model,
-        "memory_format": config.memory_format,
-        "workload": "synthetic" if config.synthetic else "mnist", "device": device.type,
-        "data_pipeline": None if config.synthetic else config.data_pipeline,
-        "batch_per_rank": config.batch_size, "warmup_steps": config.warmup_steps,
-        "steps": config.benchmark_steps, "threads_per_rank": rt.threads,
-        "fp16_allreduce": config.fp16_allreduce,
-        "parameters": sum(p.numel() for p in model.parameters()),
-        "gradient_bytes": timed_steps.gradient_bytes(model, config.fp16_allreduce),
-        "nccl": nccl,
-    }, measures_allreduce=True)
-    if rt.is_root:
-        timed_steps.write_result(config.log_dir, record)
-        console.say(timed_steps.format_result(record))
-    return record

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from horovod_train.console import say  # one write per line, as the trainers print
+from horovod_train.core.console import say  # one write per line, as the trainers print
 
 
 class UserError(Exception):

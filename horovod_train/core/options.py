@@ -1,15 +1,16 @@
-"""Command-line options shared by the trainers, and the run configuration
-they are read into once: a typed, frozen RunConfig that the trainers take
-instead of argparse's Namespace."""
+"""Command-line options shared by the trainers, read once into the run's
+configuration (config.py): a typed, frozen RunConfig in sections that the
+trainers take instead of argparse's Namespace."""
 
 import argparse
 import dataclasses
 import json
-import os
 from pathlib import Path
 
-from horovod_train.console import say
-from horovod_train.errors import ArgumentParser
+from horovod_train.core import config
+from horovod_train.core.config import RunConfig
+from horovod_train.core.console import say
+from horovod_train.core.errors import ArgumentParser
 
 
 def _number(kind, minimum, inclusive: bool):
@@ -150,66 +151,36 @@ def base_parser(prog: str, description: str) -> argparse.ArgumentParser:
     return parser
 
 
-@dataclasses.dataclass(frozen=True)
-class RunConfig:
-    """Every trainer option, read once (see --help for each). Options that
-    only the PyTorch trainer offers keep their defaults in the others."""
-
-    data_dir: Path
-    no_download: bool
-    epochs: int
-    batch_size: int
-    test_batch_size: int
-    lr: float
-    warmup_epochs: float
-    momentum: float
-    seed: int
-    target_accuracy: float | None
-    fp16_allreduce: bool
-    use_adasum: bool
-    stall_limit: float
-    no_cuda: bool
-    threads: int | None
-    log_dir: Path
-    checkpoint_dir: Path
-    resume: bool
-    no_progress: bool
-    progress_every: float
-    # PyTorch only.
-    model: str = "mnist_cnn"
-    memory_format: str = "channels_last"
-    label_smoothing: float = 0.0
-    backward_passes_per_step: int = 1
-    sync_bn: bool = False
-    data_pipeline: str = "memory"
-    num_workers: int | None = None
-    preset: str | None = None
-    elastic: bool = False
-    commit_every: int = 10
-    benchmark_steps: int | None = None
-    warmup_steps: int = 5
-    synthetic: bool = False
-    image_size: int = 224
-
-    def as_record(self) -> dict:
-        """The options as JSON values, for summary.json."""
-        return {k: str(v) if isinstance(v, os.PathLike) else v
-                for k, v in dataclasses.asdict(self).items()}
-
-
-def finish(args: argparse.Namespace) -> RunConfig:
-    """The run configuration: parsed options, and the defaults that depend
-    on other options. With --check-options, it is printed instead, and the
-    process ends."""
+def finish(parser: argparse.ArgumentParser, args: argparse.Namespace,
+           mnist_models: tuple[str, ...] = ()) -> RunConfig:
+    """The run configuration of parsed options, with the defaults that
+    depend on other options, checked as a whole (config.validate): a clash
+    is a usage error, one line and exit 2. With --check-options it is
+    printed instead, and the process ends."""
     values = vars(args)
     check_only = values.pop("check_options")
     if values["checkpoint_dir"] is None:
         values["checkpoint_dir"] = args.log_dir / "checkpoints"
-    config = RunConfig(**values)
+    sections = {name: section(**{field.name: values.pop(field.name)
+                                 for field in dataclasses.fields(section)})
+                for name, section in (("data", config.Data), ("schedule", config.Schedule),
+                                      ("horovod", config.Horovod), ("device", config.Device),
+                                      ("outputs", config.Outputs))}
+    if "model" in values:  # the PyTorch trainer's options
+        values["steps"] = values.pop("benchmark_steps")
+        sections["benchmark"] = config.Benchmark(**{
+            field.name: values.pop(field.name) for field in dataclasses.fields(config.Benchmark)})
+        sections["torch"] = config.Torch(**values)
+    elif values:
+        raise TypeError(f"options without a section: {', '.join(sorted(values))}")
+    run_config = RunConfig(**sections)
+    problem = config.validate(run_config, mnist_models)
+    if problem:
+        parser.error(problem)
     if check_only:
-        say(json.dumps(config.as_record(), sort_keys=True))
+        say(json.dumps(run_config.as_record(), sort_keys=True))
         raise SystemExit(0)
-    return config
+    return run_config
 
 
 # The PyTorch trainer's and the DDP baseline's --memory-format (models.MEMORY_FORMATS).
@@ -232,12 +203,3 @@ def add_benchmark_options(parser: argparse.ArgumentParser) -> None:
                             "(the only input of the resnet models)")
     bench.add_argument("--image-size", type=positive_int, default=224,
                        help="height and width of the synthetic images of the resnet models")
-
-
-def check_benchmark(parser: argparse.ArgumentParser, args: argparse.Namespace,
-                    mnist_models: tuple[str, ...]) -> None:
-    """Combinations that cannot work, as usage errors (exit 2)."""
-    if args.benchmark_steps is None and (args.synthetic or args.model not in mnist_models):
-        parser.error("--synthetic and the resnet models are for --benchmark-steps runs only")
-    if args.model not in mnist_models and not args.synthetic:
-        parser.error(f"--model {args.model} takes synthetic images only: add --synthetic")

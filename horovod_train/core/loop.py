@@ -18,8 +18,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from horovod_train import console, distributed, lr_schedule, metrics, watchdog
-from horovod_train.options import RunConfig
+from horovod_train.core import console, distributed, lr_schedule, metrics, watchdog
+from horovod_train.core.config import RunConfig
 
 # (loss sum, correct, images) of a batch: numbers, or tensors on the device.
 BatchSums = tuple[Any, Any, int]
@@ -41,6 +41,7 @@ class Trainer(abc.ABC):
     lr_scale: float  # the peak learning rate as a multiple of --lr (lr_schedule.lr_scale)
     batches_per_epoch: int  # the same on every rank: the shards are padded
     batches_per_step: int = 1  # batches whose gradients one optimizer step averages
+    watch_stalls: bool = True  # end the job when a rank stops answering (--stall-limit)
 
     @abc.abstractmethod
     def epoch_batches(self, epoch: int) -> Iterable:
@@ -148,36 +149,36 @@ def write_epoch(rt, log: metrics.MetricsLog, trainer: Trainer, record: dict) -> 
 
 
 def fit(config: RunConfig, rt, trainer: Trainer, epochs_done: int, started: float) -> dict:
-    """Train from `epochs_done` to config.epochs, or to the first epoch that
-    reaches config.target_accuracy; return the run's summary. `started` is
+    """Train from `epochs_done` to config.schedule.epochs, or to the first epoch that
+    reaches config.schedule.target_accuracy; return the run's summary. `started` is
     the trainer's start on time.perf_counter()'s clock (the summary's wall
     time counts from it)."""
+    schedule = config.schedule
     steps_per_epoch = trainer.batches_per_epoch // trainer.batches_per_step
-    log = metrics.MetricsLog(config.log_dir, enabled=rt.is_root, epochs_done=epochs_done)
+    log = metrics.MetricsLog(config.outputs.log_dir, enabled=rt.is_root, epochs_done=epochs_done)
     metrics.announce(rt, trainer.framework, trainer.model_name, trainer.n_train, trainer.n_test,
-                     config.lr, trainer.lr_scale, epochs_done)
+                     config.schedule.lr, trainer.lr_scale, epochs_done)
 
     def scheduled_lr(step: int) -> float:
-        return lr_schedule.learning_rate(step, steps_per_epoch, config.epochs, config.lr,
-                                         trainer.lr_scale, config.warmup_epochs)
+        return lr_schedule.learning_rate(step, steps_per_epoch, schedule.epochs, schedule.lr,
+                                         trainer.lr_scale, schedule.warmup_epochs)
 
     def lr_at(step: int) -> float:
         return trainer.learning_rate(step, scheduled_lr)
 
     images_seen, step_seconds = 0, 0.0
     test_metrics = {"test_loss": math.nan, "test_accuracy": math.nan}
-    target = {"target_accuracy": config.target_accuracy, "target_reached_epoch": None,
+    target = {"target_accuracy": config.schedule.target_accuracy, "target_reached_epoch": None,
               "time_to_target_s": None}
     training_started = time.perf_counter()  # options.TIMES_EPILOG
-    # Elastic runs leave lost ranks to Horovod Elastic (its own timeouts).
-    stall_limit = 0 if config.elastic else config.stall_limit
+    stall_limit = config.horovod.stall_limit if trainer.watch_stalls else 0
     with watchdog.watching(stall_limit, rt.rank, rt.hostname, trainer.allgather_object) as dog:
-        for epoch in range(epochs_done, config.epochs):
+        for epoch in range(epochs_done, config.schedule.epochs):
             trainer.start_epoch(epoch)
             bar = console.progress(trainer.batches_per_epoch,
-                                   f"epoch {epoch + 1}/{config.epochs}",
-                                   enabled=rt.is_root and not config.no_progress,
-                                   every_s=config.progress_every)
+                                   f"epoch {epoch + 1}/{config.schedule.epochs}",
+                                   enabled=rt.is_root and not config.outputs.no_progress,
+                                   every_s=config.outputs.progress_every)
 
             def after_batch(bar=bar):
                 bar.update()
@@ -197,8 +198,8 @@ def fit(config: RunConfig, rt, trainer: Trainer, epochs_done: int, started: floa
             trainer.average_buffers()
             test_metrics = evaluate(trainer, dog.beat)
             # Every rank sees the same accuracy (summed over ranks), so all stop together.
-            reached = (config.target_accuracy is not None
-                       and test_metrics["test_accuracy"] >= config.target_accuracy)
+            reached = (config.schedule.target_accuracy is not None
+                       and test_metrics["test_accuracy"] >= config.schedule.target_accuracy)
             if reached:
                 target.update(target_reached_epoch=epoch + 1,
                               time_to_target_s=time.perf_counter() - training_started)
@@ -216,21 +217,21 @@ def fit(config: RunConfig, rt, trainer: Trainer, epochs_done: int, started: floa
             if rt.is_root:
                 console.say(metrics.format_epoch(record))
                 if reached:
-                    console.say(f"reached test accuracy {config.target_accuracy} after epoch "
+                    console.say(f"reached test accuracy {schedule.target_accuracy} after epoch "
                                 f"{epoch + 1}, {target['time_to_target_s']:.1f} s of training")
             trainer.end_epoch(epoch)
             if reached:
                 break
         train_seconds = time.perf_counter() - training_started
         log.close()
-        if epochs_done >= config.epochs:
+        if epochs_done >= config.schedule.epochs:
             test_metrics = evaluate(trainer, dog.beat)
 
         mine = metrics.rank_figures(rt, images_seen, step_seconds, train_seconds, trainer.digest())
         ranks = trainer.allgather_object(mine, name="summary")
     summary = metrics.build_summary(trainer.framework, trainer.model_name, rt, ranks, test_metrics,
-                                    config.epochs, epochs_done, time.perf_counter() - started,
+                                    schedule.epochs, epochs_done, time.perf_counter() - started,
                                     config)
     summary.update(target)
     summary.update(trainer.summary_fields())
-    return metrics.finish_run(rt, config.log_dir, summary)
+    return metrics.finish_run(rt, config.outputs.log_dir, summary)

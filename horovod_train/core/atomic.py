@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from horovod_train.errors import UserError
+from horovod_train.core.errors import UserError
 
 
 @contextlib.contextmanager

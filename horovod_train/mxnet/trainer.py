@@ -1,5 +1,5 @@
 """The MXNet training run: a Gluon network, hvd.DistributedTrainer, and the
-shared epoch loop (train_loop.py). MXNet sizes its OpenMP pool when it is
+shared epoch loop (loop.py). MXNet sizes its OpenMP pool when it is
 imported, so mxnet_mnist.py sets OMP_NUM_THREADS before importing this."""
 
 import os
@@ -13,10 +13,10 @@ import numpy as np
 from mxnet import autograd, gluon
 from mxnet.gluon import nn
 
-from horovod_train import array_checkpoint, array_data, distributed, metrics, mnist, train_loop
-from horovod_train.errors import UserError
-from horovod_train.lr_schedule import lr_scale
-from horovod_train.options import RunConfig
+from horovod_train.core import array_checkpoint, array_data, distributed, loop, metrics, mnist
+from horovod_train.core.config import RunConfig
+from horovod_train.core.errors import UserError
+from horovod_train.core.lr_schedule import lr_scale
 
 MODEL_NAME = "mnist_cnn"
 TRAINER_STATES = "trainer/states"
@@ -47,7 +47,7 @@ def build_model() -> nn.HybridSequential:
     return net
 
 
-class MXNetTrainer(train_loop.Trainer):
+class MXNetTrainer(loop.Trainer):
     """MXNet's side of the loop: a hybridized Gluon network stepped by
     hvd.DistributedTrainer, its parameters and the optimizer's state in an
     array checkpoint, the collectives of horovod.mxnet."""
@@ -61,16 +61,18 @@ class MXNetTrainer(train_loop.Trainer):
                                                                      test)
         self.n_train, self.n_test = len(train), len(test)
         self.lr_scale = lr_scale(rt.size, False, rt.local_size, on_gpu=rt.device != "cpu")
-        self.batches_per_epoch = array_data.batches_per_epoch(train, rt.size, config.batch_size)
+        schedule = config.schedule
+        self.batches_per_epoch = array_data.batches_per_epoch(train, rt.size, schedule.batch_size)
         self.net = build_model()
         self.net.initialize(mx.init.Xavier(magnitude=2.24), ctx=context)
         self.net.hybridize(static_alloc=True)
         self.params = self.net.collect_params()
         self.trainer = hvd.DistributedTrainer(
-            self.params, "sgd", {"learning_rate": config.lr, "momentum": config.momentum},
-            compression=hvd.Compression.fp16 if config.fp16_allreduce else hvd.Compression.none)
+            self.params, "sgd", {"learning_rate": schedule.lr, "momentum": schedule.momentum},
+            compression=(hvd.Compression.fp16 if config.horovod.fp16_allreduce
+                         else hvd.Compression.none))
         self.loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
-        self.checkpoint_path = array_checkpoint.checkpoint_path(config.checkpoint_dir)
+        self.checkpoint_path = array_checkpoint.checkpoint_path(config.outputs.checkpoint_dir)
 
     def state_arrays(self) -> dict[str, np.ndarray]:
         arrays = {name: p.data(self.context).asnumpy() for name, p in sorted(self.params.items())}
@@ -108,9 +110,9 @@ class MXNetTrainer(train_loop.Trainer):
 
     def epoch_batches(self, epoch: int):
         return array_data.epoch_batches(self.train, self.rt.rank, self.rt.size, epoch,
-                                        self.config.seed, self.config.batch_size)
+                                        self.config.schedule.seed, self.config.schedule.batch_size)
 
-    def train_batch(self, images, labels) -> train_loop.BatchSums:
+    def train_batch(self, images, labels) -> loop.BatchSums:
         x, y = self.as_arrays(images, labels)
         with autograd.record():
             output = self.net(x)
@@ -121,9 +123,9 @@ class MXNetTrainer(train_loop.Trainer):
 
     def eval_batches(self):
         return array_data.eval_batches(self.test, self.rt.rank, self.rt.size,
-                                       self.config.test_batch_size)
+                                       self.config.schedule.test_batch_size)
 
-    def eval_batch(self, images, labels) -> train_loop.BatchSums:
+    def eval_batch(self, images, labels) -> loop.BatchSums:
         x, y = self.as_arrays(images, labels)
         output = self.net(x)
         loss = float(self.loss_fn(output, y).sum().asscalar())
@@ -146,7 +148,7 @@ class MXNetTrainer(train_loop.Trainer):
                                          name=f"buffer.{name}"))
 
     def save_checkpoint(self, epochs_done: int, extra: dict) -> None:
-        array_checkpoint.save(self.config.checkpoint_dir, "mxnet", MODEL_NAME, epochs_done,
+        array_checkpoint.save(self.config.outputs.checkpoint_dir, "mxnet", MODEL_NAME, epochs_done,
                               self.state_arrays(), extra)
 
     def digest(self) -> str:
@@ -156,22 +158,23 @@ class MXNetTrainer(train_loop.Trainer):
 
 def run(config: RunConfig) -> dict:
     started = time.perf_counter()
-    use_gpu = not config.no_cuda and mx.context.num_gpus() > 0
+    use_gpu = not config.device.no_cuda and mx.context.num_gpus() > 0
     distributed.init_horovod(hvd, cpu_tensors=not use_gpu)
     context = mx.gpu(hvd.local_rank() % mx.context.num_gpus()) if use_gpu else mx.cpu()
-    mx.random.seed(config.seed)
-    np.random.seed(config.seed)
+    mx.random.seed(config.schedule.seed)
+    np.random.seed(config.schedule.seed)
     rt = distributed.describe(hvd, f"gpu:{context.device_id}" if use_gpu else "cpu",
                               int(os.environ.get("OMP_NUM_THREADS", "0")))
-    if config.use_adasum:
+    if config.horovod.use_adasum:
         raise UserError("--use-adasum: Horovod's MXNet DistributedTrainer has no Adasum "
                         "(use the PyTorch or TensorFlow trainer)")
     train, test = distributed.prepare_run(hvd, rt, config)
     trainer = MXNetTrainer(config, rt, context, train, test)
-    epochs_done = distributed.resume_on_root(hvd, rt, trainer.restore) if config.resume else 0
-    metrics.note_checkpoint(rt, trainer.checkpoint_path, config.resume)
+    resume = config.outputs.resume
+    epochs_done = distributed.resume_on_root(hvd, rt, trainer.restore) if resume else 0
+    metrics.note_checkpoint(rt, trainer.checkpoint_path, config.outputs.resume)
     trainer.broadcast_from_root(resumed=epochs_done > 0)
-    return train_loop.fit(config, rt, trainer, epochs_done, started)
+    return loop.fit(config, rt, trainer, epochs_done, started)
 
 
 def count_correct(output, labels) -> float:

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from horovod_train import mnist, outputs, sharding
-from horovod_train.errors import RunFailed, UserError
-from horovod_train.options import RunConfig
+from horovod_train.core import mnist, outputs, sharding
+from horovod_train.core.config import RunConfig
+from horovod_train.core.errors import RunFailed, UserError
 
 
 @dataclass(frozen=True)
@@ -175,20 +175,23 @@ def prepare_run(hvd, rt: Runtime, config: RunConfig) -> tuple:
     anywhere stops all ranks."""
     splits = check_all_ranks(
         hvd.allgather_object, rt.rank,
-        lambda: mnist.load_train_test(config.data_dir, download=not config.no_download), "data")
+        lambda: mnist.load_train_test(config.data.data_dir, download=not config.data.no_download),
+        "data")
     n_train = len(splits[0])
     if n_train == 0:
         raise UserError(f"{n_train} training images cannot be shared by {rt.size} ranks")
     # A batch larger than the shard would train one partial batch an epoch
     # and end far below the accuracy the command suggests, without a word.
     shard = sharding.shard_size(n_train, rt.size)
-    if config.batch_size > shard:
-        raise UserError(f"--batch-size {config.batch_size} is larger than a rank's shard: "
+    if config.schedule.batch_size > shard:
+        raise UserError(f"--batch-size {config.schedule.batch_size} is larger than a rank's "
+                        "shard: "
                         f"{n_train} training images over {rt.size} ranks are {shard} "
                         "per rank; use a smaller batch or fewer ranks")
     check_all_ranks(
         hvd.allgather_object, rt.rank,
-        lambda: rt.is_root and outputs.prepare_output_dirs(config.log_dir, config.checkpoint_dir),
+        lambda: rt.is_root and outputs.prepare_output_dirs(config.outputs.log_dir,
+                                                           config.outputs.checkpoint_dir),
         "dirs")
     return splits
 

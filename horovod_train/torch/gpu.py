@@ -13,7 +13,7 @@ import re
 import sys
 from pathlib import Path
 
-from horovod_train.errors import UserError
+from horovod_train.core.errors import UserError
 
 BUILD_RECORD = "horovod-build.json"  # docker/env/build_horovod.py writes it into the prefix
 DRIVER_VERSION_FILE = Path("/proc/driver/nvidia/version")

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from horovod_train.atomic import atomic_output
-from horovod_train.errors import UserError
+from horovod_train.core.atomic import atomic_output
+from horovod_train.core.errors import UserError
 
 FORMAT = "horovod-train/array-checkpoint/1"
 CHECKPOINT_NAME = "checkpoint.npz"

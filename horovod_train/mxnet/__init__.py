@@ -1,0 +1,2 @@
+"""The MXNet trainer: a Gluon network stepped with Horovod's
+DistributedTrainer (trainer)."""

@@ -1,0 +1,2 @@
+"""The TensorFlow 2 trainer: a Keras network stepped with Horovod's
+DistributedGradientTape (trainer)."""
