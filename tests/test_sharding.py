@@ -1,10 +1,13 @@
 """Epoch shards behave like DistributedSampler: every sample once per epoch
 across ranks, equal counts, a new order each epoch, the same for a seed."""
 
+import math
+
 import numpy as np
 import pytest
 
 from horovod_train.core.sharding import (
+    batches_per_epoch,
     elastic_batch,
     epoch_indices,
     epoch_order,
@@ -69,3 +72,14 @@ def test_a_shard_is_the_count_padded_to_a_multiple_of_the_ranks():
     assert shard_size(8000, 3) == 2667  # 8001 samples dealt out, one repeated
     assert shard_size(1, 4) == 1
     assert all(len(epoch_indices(8000, rank, 3, 0, 42)) == 2667 for rank in range(3))
+
+
+@pytest.mark.parametrize("num_samples", [1, 7, 64, 1000, 1001])
+@pytest.mark.parametrize("size, batch_size", [(1, 64), (2, 64), (3, 10), (4, 1000)])
+def test_batches_per_epoch_is_each_ranks_padded_shard_in_batches(num_samples, size, batch_size):
+    """The one count every trainer uses: each rank's shard cut into batches,
+    the same as the elastic run's steps of size x batch_size samples."""
+    count = batches_per_epoch(num_samples, size, batch_size)
+    shard = epoch_indices(num_samples, 0, size, epoch=0, seed=1)
+    assert count == len(range(0, len(shard), batch_size))
+    assert count == math.ceil(num_samples / (size * batch_size))

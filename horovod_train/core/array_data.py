@@ -3,7 +3,6 @@ shard of an epoch (sharding.epoch_indices, the semantics of PyTorch's
 DistributedSampler) and its slice of the test split, normalised as the
 PyTorch pipelines normalise."""
 
-import math
 from collections.abc import Iterator
 
 import numpy as np
@@ -14,17 +13,13 @@ Batch = tuple[np.ndarray, np.ndarray]  # images (B, 28, 28) float32, labels (B,)
 
 
 def normalise(images: np.ndarray) -> np.ndarray:
-    return (images.astype(np.float32) / 255.0 - mnist.MEAN) / mnist.STD
+    return mnist.normalise(images.astype(np.float32))
 
 
 def batches(split: mnist.Split, indices: np.ndarray, batch_size: int) -> Iterator[Batch]:
     for start in range(0, len(indices), batch_size):
         rows = indices[start:start + batch_size]
         yield normalise(split.images[rows]), split.labels[rows]
-
-
-def batches_per_epoch(split: mnist.Split, size: int, batch_size: int) -> int:
-    return math.ceil(sharding.shard_size(len(split), size) / batch_size)
 
 
 def epoch_batches(split: mnist.Split, rank: int, size: int, epoch: int, seed: int,

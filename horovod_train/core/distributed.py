@@ -38,9 +38,9 @@ class Runtime:
 # Open MPI waits by spinning on its core. Every rank runs Horovod's
 # background thread, whose MPI calls wait so, beside its compute threads;
 # where ranks use every core (CPU training, and data loaders feeding GPUs)
-# the spinning takes cores from the compute. Yielding in those waits made 2
-# ranks on 2 cores train MNIST 1.3 to 1.4 times faster, same results
-# (benchmarks/horovod_settings.py). Each rank's Open MPI reads it when
+# the spinning takes cores from the compute, and yielding in those waits
+# gives them back, with the same results (measured: docs/benchmarks.md,
+# "Horovod's settings on few cores"). Each rank's Open MPI reads it when
 # hvd.init() starts MPI; the user's own value wins.
 RANK_MPI_SETTINGS = {"OMPI_MCA_mpi_yield_when_idle": "1"}
 
@@ -59,11 +59,10 @@ def use_rank_mpi_settings() -> None:
 # Horovod fuses the gradients ready in a cycle into one buffer: it copies
 # them in, reduces the buffer and copies them out, in its background thread,
 # between transfers. With CPU tensors those copies are CPU work while the
-# link idles (ResNet-18's 47 MB a step: 33 ms of copies). A 4 MB buffer still
-# fuses the many small gradients (MNIST's 0.9 MB go whole) and sends each
-# large one alone, reduced in place: ResNet-18 across two hosts over 1 Gbit/s
-# ran 1.06 times as fast as with horovodrun's 128 MB (benchmarks/run_matrix.sh).
-# GPU tensors keep Horovod's default: there the copies are device work and
+# link idles. A 4 MB buffer still fuses the many small gradients (MNIST's
+# whole model) and sends each large one alone, reduced in place, without
+# copies (measured against horovodrun's 128 MB: docs/benchmarks.md, "A slow
+# network"). GPU tensors keep Horovod's default: there the copies are device work and
 # NCCL needs large messages to fill its links. The user's value wins
 # (horovodrun --fusion-threshold-mb sets it for the ranks).
 CPU_RANK_HOROVOD_SETTINGS = {"HOROVOD_FUSION_THRESHOLD": str(4 * 1024 * 1024)}

@@ -40,6 +40,13 @@ NUM_CLASSES = 10
 # Pixel statistics of the MNIST training set, as in every MNIST example.
 MEAN, STD = 0.1307, 0.3081
 
+
+def normalise(pixels):
+    """Pixels of 0 to 255 as float32 (a numpy array or a torch tensor) to
+    the network's input: every pipeline of every framework calls this one,
+    so all feed their networks the same numbers."""
+    return (pixels / 255.0 - MEAN) / STD
+
 SPLIT_PREFIX = {"train": "train", "test": "t10k"}
 # Published checksums of the gzip files (the ones torchvision checks too).
 GZ_MD5 = {

@@ -27,6 +27,13 @@ def shard_size(num_samples: int, size: int) -> int:
     return -(-num_samples // size)
 
 
+def batches_per_epoch(num_samples: int, size: int, batch_size: int) -> int:
+    """Batches per rank and epoch, the same on every rank: its padded shard
+    in batches, the last one short. (The same count as the elastic run's
+    steps of size x batch_size samples each over the whole epoch.)"""
+    return -(-shard_size(num_samples, size) // batch_size)
+
+
 def eval_indices(num_samples: int, rank: int, size: int) -> np.ndarray:
     """A disjoint slice per rank, no padding: summing counts across ranks
     gives exact test metrics."""

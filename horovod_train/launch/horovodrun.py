@@ -28,6 +28,7 @@ unchecked.
 """
 
 import argparse
+import importlib.resources
 import os
 import shutil
 import sys
@@ -115,11 +116,13 @@ def with_host_list(argv: list[str], command: list[str], listed: list[hosts.Host]
 
 
 # The project's Open MPI settings (why: in the file), for launches outside
-# the image, whose Open MPI reads them from its own configuration.
-MPI_SETTINGS = Path(__file__).resolve().parents[2] / "docker" / "openmpi-mca-params.conf"
+# the image, whose Open MPI reads them from its own configuration. The
+# package carries them (package data; in the checkout, a link to the image's
+# copy in docker/), so an installed launcher finds them wherever it runs.
+MPI_SETTINGS = importlib.resources.files("horovod_train.launch") / "openmpi-mca-params.conf"
 
 
-def mpi_settings_environment(path: Path = MPI_SETTINGS) -> dict[str, str]:
+def mpi_settings_environment(path=MPI_SETTINGS) -> dict[str, str]:
     """The file's `name = value` lines as OMPI_MCA_name variables."""
     settings = {}
     for line in path.read_text().splitlines():

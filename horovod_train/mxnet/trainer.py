@@ -13,7 +13,15 @@ import numpy as np
 from mxnet import autograd, gluon
 from mxnet.gluon import nn
 
-from horovod_train.core import array_checkpoint, array_data, distributed, loop, metrics, mnist
+from horovod_train.core import (
+    array_checkpoint,
+    array_data,
+    distributed,
+    loop,
+    metrics,
+    mnist,
+    sharding,
+)
 from horovod_train.core.config import RunConfig
 from horovod_train.core.errors import UserError
 from horovod_train.core.lr_schedule import lr_scale
@@ -62,7 +70,8 @@ class MXNetTrainer(loop.Trainer):
         self.n_train, self.n_test = len(train), len(test)
         self.lr_scale = lr_scale(rt.size, False, rt.local_size, on_gpu=rt.device != "cpu")
         schedule = config.schedule
-        self.batches_per_epoch = array_data.batches_per_epoch(train, rt.size, schedule.batch_size)
+        self.batches_per_epoch = sharding.batches_per_epoch(len(train), rt.size,
+                                                            schedule.batch_size)
         self.net = build_model()
         self.net.initialize(mx.init.Xavier(magnitude=2.24), ctx=context)
         self.net.hybridize(static_alloc=True)

@@ -7,7 +7,15 @@ import horovod.tensorflow as hvd
 import numpy as np
 import tensorflow as tf
 
-from horovod_train.core import array_checkpoint, array_data, distributed, loop, metrics, mnist
+from horovod_train.core import (
+    array_checkpoint,
+    array_data,
+    distributed,
+    loop,
+    metrics,
+    mnist,
+    sharding,
+)
 from horovod_train.core.config import RunConfig
 from horovod_train.core.lr_schedule import lr_scale
 
@@ -76,8 +84,8 @@ class TensorFlowTrainer(loop.Trainer):
         self.n_train, self.n_test = len(train), len(test)
         self.lr_scale = lr_scale(rt.size, config.horovod.use_adasum, rt.local_size,
                                  on_gpu=rt.device != "cpu")
-        self.batches_per_epoch = array_data.batches_per_epoch(train, rt.size,
-                                                              config.schedule.batch_size)
+        self.batches_per_epoch = sharding.batches_per_epoch(len(train), rt.size,
+                                                            config.schedule.batch_size)
         self.model = build_model()
         self.optimizer = tf.keras.optimizers.SGD(learning_rate=config.schedule.lr,
                                                  momentum=config.schedule.momentum)

@@ -5,12 +5,11 @@ first) with its own mmap and returns it to the kernel on free, and gives back
 the top of its heap whenever more than 128 KiB there is free. A training step
 allocates and frees the same few megabytes of activations and gradients every
 step, so every step pays for fresh pages: page faults and zeroing in the
-kernel, 11-22% of a rank's CPU time on the MNIST network (none with the
-settings below). Kept instead (benchmarks/horovod_settings.py, variant
-glibc-malloc against the default): the MNIST step of 1 rank 1.49x faster,
-of 2 ranks 1.16x, ResNet-18 on 32x32 images 1.05x; and the step time no
-longer varies from process to process with where glibc's moving threshold
-happens to settle.
+kernel, a large share of a small network's CPU time. Kept instead, the
+memory is reused: steps are faster, and their time no longer varies from
+process to process with where glibc's moving threshold happens to settle
+(benchmarks/horovod_settings.py, variant glibc-malloc against the default;
+figures in docs/benchmarks.md, "Horovod's settings on few cores").
 
 The cost: memory a step freed stays with the process (up to TRIM_THRESHOLD
 at the top of the heap) for the next step to reuse, instead of going back to

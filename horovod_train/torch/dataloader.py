@@ -20,8 +20,7 @@ class MnistTensors(Dataset):
         return len(self.labels)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        image = (self.images[index].float().div_(255.0) - mnist.MEAN) / mnist.STD
-        return image.unsqueeze(0), self.labels[index]
+        return mnist.normalise(self.images[index].float()).unsqueeze(0), self.labels[index]
 
 
 def train_loader(

@@ -6,7 +6,6 @@ sharding.epoch_indices, the semantics of DistributedSampler (every sample
 once per epoch across ranks, a new shuffle each epoch, the same order for a
 seed and epoch, so a resumed run reads what an uninterrupted one would)."""
 
-import math
 from collections.abc import Iterator
 
 import numpy as np
@@ -18,10 +17,10 @@ Batch = tuple[torch.Tensor, torch.Tensor]  # images (B, 1, 28, 28) float32, labe
 
 
 def normalise(images: torch.Tensor) -> torch.Tensor:
-    """uint8 (B, 28, 28) -> float32 (B, 1, 28, 28), the same float32
-    operations as dataloader.MnistTensors does per image, so both pipelines
-    feed the model identical tensors."""
-    return ((images.float().div_(255.0) - mnist.MEAN) / mnist.STD).unsqueeze(1)
+    """uint8 (B, 28, 28) -> float32 (B, 1, 28, 28), as dataloader.MnistTensors
+    does per image (mnist.normalise), so both pipelines feed the model
+    identical tensors."""
+    return mnist.normalise(images.float()).unsqueeze(1)
 
 
 class DeviceMnist:
@@ -60,7 +59,7 @@ class ShardedBatches:
         return sharding.epoch_indices(len(self.data), self.rank, self.size, epoch, self.seed)
 
     def __len__(self) -> int:
-        return math.ceil(math.ceil(len(self.data) / self.size) / self.batch_size)
+        return sharding.batches_per_epoch(len(self.data), self.size, self.batch_size)
 
     def epoch(self, epoch: int) -> Iterator[Batch]:
         return self.data.batches(self.indices(epoch), self.batch_size)

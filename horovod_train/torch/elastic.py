@@ -18,7 +18,6 @@ LOG_DIR/elastic.jsonl, so an operator (and the tests) can see what was lost:
 a reset resumes at the last commit, never earlier."""
 
 import json
-import math
 import time
 from pathlib import Path
 
@@ -69,7 +68,8 @@ class ElasticTrainer(TorchTrainer):
         self.state, self.train_data, self.test_data, self.events = (state, train_data, test_data,
                                                                    events)
         self.rank, self.size = rt.rank, rt.size
-        self.batches_per_epoch = math.ceil(self.n_train / (rt.size * config.schedule.batch_size))
+        self.batches_per_epoch = sharding.batches_per_epoch(self.n_train, rt.size,
+                                                            config.schedule.batch_size)
         self.step = batch_trainer(self.model, self.optimizer, self.device, amp_dtype=None,
                                   scaler=torch.amp.GradScaler("cuda", enabled=False), passes=1,
                                   label_smoothing=config.torch.label_smoothing)

@@ -7,11 +7,10 @@ PRESETS = {
     # the data on the device, two epochs whose rate rises linearly through
     # the first and falls along a cosine through the second, label
     # smoothing, and a stop as soon as an epoch's evaluation reaches 98%.
-    # Without smoothing and with a 0.2-epoch warm-up, two epochs ended at
-    # 97.75-98.7% depending on the seed; with both, 98.6-98.85% over six
-    # seeds. One epoch ends at 97.7-98.35% whatever the batch and rate tried.
-    # Test batches of 250: on CPUs a batch of 1,000 evaluates 2.5 times
-    # slower (its activations outgrow the caches).
+    # Label smoothing and the whole-epoch warm-up give two epochs the margin
+    # over 98% whatever the seed; one epoch falls short whatever the batch
+    # and rate. Test batches of 250: on CPUs larger ones evaluate slower
+    # (their activations outgrow the caches). Figures: docs/benchmarks.md.
     "fast-mnist": {
         "model": "mnist_cnn",
         "data_pipeline": "memory",
