@@ -47,7 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
-from horovod_train.core import console, distributed
+from horovod_train.core import console, runtime
 from horovod_train.core.atomic import atomic_write_bytes
 from horovod_train.core.errors import ArgumentParser, RunFailed, UserError, print_error, run_main
 from horovod_train.core.options import non_negative_int, positive_float, positive_int
@@ -389,7 +389,7 @@ def environment(ranks: Ranks, hvd, torch, backend: str | None) -> dict:
         "horovod_controller": (("gloo" if hvd.gloo_enabled() else "mpi")
                                if hvd.is_initialized() else None),
         "torch_backend": backend,
-        "mpi_settings": {name: os.environ.get(name) for name in distributed.RANK_MPI_SETTINGS},
+        "mpi_settings": {name: os.environ.get(name) for name in runtime.RANK_MPI_SETTINGS},
         "versions": versions,
     }
 
@@ -533,7 +533,7 @@ def start_ranks(args) -> Ranks:
         return HorovodRanks(hvd, torch)
     args.implementations = args.implementations or list(IMPLEMENTATIONS)
     # MPI as the trainers run it (Open MPI yielding its core while it waits).
-    distributed.use_rank_mpi_settings()
+    runtime.use_rank_mpi_settings()
     # mpi4py first: importing MPI initialises it at thread level
     # "multiple"; Horovod then uses that MPI instead of its own.
     from mpi4py import MPI

@@ -54,7 +54,7 @@ def main() -> int:
     from torch.nn.parallel import DistributedDataParallel
 
     from horovod_train.bench import timed_steps
-    from horovod_train.core import distributed, mnist, outputs
+    from horovod_train.core import mnist, outputs, runtime
     from horovod_train.torch import allocator, dataloader
     from horovod_train.torch.models import build_model, input_shape
 
@@ -65,7 +65,7 @@ def main() -> int:
     device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
     if use_cuda:
         torch.cuda.set_device(device)
-    threads = distributed.threads_per_rank(int(os.environ["LOCAL_WORLD_SIZE"]), args.threads)
+    threads = runtime.threads_per_rank(int(os.environ["LOCAL_WORLD_SIZE"]), args.threads)
     torch.set_num_threads(threads)
     torch.manual_seed(args.seed)
     dist.init_process_group("nccl" if use_cuda else "gloo", timeout=timedelta(minutes=5))

@@ -13,7 +13,7 @@ Variants (--variants, comma-separated; default: all):
   spin         MPI controller, Open MPI waiting as it does by default, by
                spinning (OMPI_MCA_mpi_yield_when_idle=0)
   yield        MPI controller, the trainers' default: Open MPI yields its
-               core while it waits (distributed.RANK_MPI_SETTINGS)
+               core while it waits (runtime.RANK_MPI_SETTINGS)
   gloo         the Gloo controller (horovodrun --gloo)
   cycle-5ms    as yield, Horovod's cycle time 5 ms instead of its 1 ms
   cycle-0.5ms  as yield, 0.5 ms
@@ -21,7 +21,7 @@ Variants (--variants, comma-separated; default: all):
                trainers' (horovod_train/torch/allocator.py)
   fusion-128mb as yield, with horovodrun's 128 MB fusion buffer instead of
                the trainers' 4 MB for CPU tensors
-               (distributed.CPU_RANK_HOROVOD_SETTINGS)
+               (runtime.CPU_RANK_HOROVOD_SETTINGS)
 
 Options after `--` go to the trainer (they replace the MNIST defaults:
 --batch-size 64, --data-pipeline memory). Prints a line per variant with

@@ -31,10 +31,10 @@ def parse_args(argv: list[str]) -> RunConfig:
 
 def main() -> int:
     config = parse_args(sys.argv[1:])
-    from horovod_train.core import distributed
+    from horovod_train.core import distributed, runtime
 
     # MXNet sizes its OpenMP pool when it is imported: share the cores first.
-    os.environ["OMP_NUM_THREADS"] = str(distributed.threads_before_init(config.device.threads))
+    os.environ["OMP_NUM_THREADS"] = str(runtime.threads_before_init(config.device.threads))
     from horovod_train.mxnet import trainer
 
     with distributed.one_line_when_horovod_stops():

@@ -52,7 +52,7 @@ RANK_SETTINGS = """
 import os, sys
 import horovod.torch as hvd
 from horovod_train.core import console, distributed
-distributed.init_horovod(hvd, cpu_tensors=sys.argv[1] == "cpu")
+runtime.init_horovod(hvd, cpu_tensors=sys.argv[1] == "cpu")
 # console.say: one write a line, so horovodrun's tag never lands inside one.
 console.say(f"yield_when_idle {os.environ['OMPI_MCA_mpi_yield_when_idle']} {hvd.mpi_enabled()}")
 console.say(f"fusion_threshold {os.environ.get('HOROVOD_FUSION_THRESHOLD', 'unset')}")

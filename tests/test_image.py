@@ -252,6 +252,10 @@ def test_the_image_with_the_code_runs_the_two_host_command_with_nothing_mounted(
     installed = run_on("a", "sh", "-c",
                        "cd / && python -c 'import horovod_train; print(horovod_train.__file__)'")
     assert installed.stdout.startswith("/opt/venv/lib/python3.11/site-packages/horovod_train/")
+    # The installed launcher carries Open MPI's settings (package data).
+    settings = run_on("a", "sh", "-c", "cd / && python -c 'from horovod_train.launch import "
+                      "horovodrun; print(horovodrun.mpi_settings_environment())'")
+    assert "OMPI_MCA_oob_tcp_keepalive_time" in settings.stdout, settings.stderr
     result = run_on("a", "horovodrun", "-np", "4", "-H", "a:2,b:2", "-p", "12345", "python",
                     "horovod_train/pytorch_mnist.py", "--data-dir", "/data", "--no-download",
                     "--epochs", "1", "--no-progress", "--log-dir", "/tmp/run", timeout=600)

@@ -11,7 +11,15 @@ import time
 import numpy as np
 import pytest
 
-from horovod_train.core import array_checkpoint, distributed, loop, lr_schedule, metrics, options
+from horovod_train.core import (
+    array_checkpoint,
+    distributed,
+    loop,
+    lr_schedule,
+    metrics,
+    options,
+    runtime,
+)
 from horovod_train.core.config import RunConfig
 from horovod_train.core.errors import UserError
 
@@ -120,7 +128,7 @@ class SoftmaxTrainer(loop.Trainer):
         return distributed.digest([("weights", self.weights)])
 
 
-RUNTIME = distributed.Runtime(rank=0, size=1, local_rank=0, local_size=1, device="cpu",
+RUNTIME = runtime.Runtime(rank=0, size=1, local_rank=0, local_size=1, device="cpu",
                               controller="gloo", hostname=socket.gethostname(), threads=1,
                               network=None)
 

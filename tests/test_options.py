@@ -6,7 +6,7 @@ import json
 import pytest
 
 from horovod_train import mxnet_mnist, pytorch_mnist, tensorflow2_mnist
-from horovod_train.core import distributed
+from horovod_train.core import runtime
 from horovod_train.core.config import RunConfig, validate
 from horovod_train.torch.models import MNIST_MODELS
 
@@ -42,7 +42,7 @@ def test_every_trainers_help_names_the_settings_each_rank_makes(entry, capsys):
     with pytest.raises(SystemExit):
         entry.parse_args(["--help"])
     help_text = capsys.readouterr().out
-    settings = {**distributed.RANK_MPI_SETTINGS, **distributed.CPU_RANK_HOROVOD_SETTINGS}
+    settings = {**runtime.RANK_MPI_SETTINGS, **runtime.CPU_RANK_HOROVOD_SETTINGS}
     for name, value in settings.items():
         assert f"{name}={value}" in help_text, name
 

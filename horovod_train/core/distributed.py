@@ -1,121 +1,22 @@
-"""What every trainer does with Horovod, whatever the framework: describe the
-process, share CPU cores, stop all ranks together on a user error, and
-fingerprint the weights. `hvd` is the framework's Horovod module
-(horovod.torch, horovod.tensorflow or horovod.mxnet); all share this API."""
+"""What every trainer does across its ranks, whatever the framework: read
+the data and make the outputs together, stop all ranks together on a user
+error (or say in one line that Horovod ended the job), restore rank 0's
+checkpoint for all, and fingerprint the weights. `hvd` is the framework's
+Horovod module (horovod.torch, horovod.tensorflow or horovod.mxnet); all
+share this API. The rank itself (its set-up and description) is runtime.py's."""
 
 import contextlib
 import hashlib
-import os
 import re
 import socket
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 import numpy as np
 
 from horovod_train.core import mnist, outputs, sharding
 from horovod_train.core.config import RunConfig
 from horovod_train.core.errors import RunFailed, UserError
-
-
-@dataclass(frozen=True)
-class Runtime:
-    rank: int
-    size: int
-    local_rank: int
-    local_size: int
-    device: str  # "cpu" or "cuda:N" / "gpu:N"
-    controller: str  # "gloo" or "mpi"
-    hostname: str
-    threads: int
-    network: str | None  # the interface(s) the launcher chose for the ranks' traffic
-
-    @property
-    def is_root(self) -> bool:
-        return self.rank == 0
-
-
-# Open MPI waits by spinning on its core. Every rank runs Horovod's
-# background thread, whose MPI calls wait so, beside its compute threads;
-# where ranks use every core (CPU training, and data loaders feeding GPUs)
-# the spinning takes cores from the compute, and yielding in those waits
-# gives them back, with the same results (measured: docs/benchmarks.md,
-# "Horovod's settings on few cores"). Each rank's Open MPI reads it when
-# hvd.init() starts MPI; the user's own value wins.
-RANK_MPI_SETTINGS = {"OMPI_MCA_mpi_yield_when_idle": "1"}
-
-
-def use_defaults(settings: dict[str, str]) -> None:
-    """Each setting into this process's environment, where the user set none."""
-    for name, value in settings.items():
-        os.environ.setdefault(name, value)
-
-
-def use_rank_mpi_settings() -> None:
-    """RANK_MPI_SETTINGS for the MPI this process starts, where the user set none."""
-    use_defaults(RANK_MPI_SETTINGS)
-
-
-# Horovod fuses the gradients ready in a cycle into one buffer: it copies
-# them in, reduces the buffer and copies them out, in its background thread,
-# between transfers. With CPU tensors those copies are CPU work while the
-# link idles. A 4 MB buffer still fuses the many small gradients (MNIST's
-# whole model) and sends each large one alone, reduced in place, without
-# copies (measured against horovodrun's 128 MB: docs/benchmarks.md, "A slow
-# network"). GPU tensors keep Horovod's default: there the copies are device work and
-# NCCL needs large messages to fill its links. The user's value wins
-# (horovodrun --fusion-threshold-mb sets it for the ranks).
-CPU_RANK_HOROVOD_SETTINGS = {"HOROVOD_FUSION_THRESHOLD": str(4 * 1024 * 1024)}
-
-
-def init_horovod(hvd, cpu_tensors: bool) -> None:
-    """hvd.init(), with the project's MPI settings for this rank, and its
-    Horovod settings for CPU tensors where the rank trains on the CPU."""
-    use_rank_mpi_settings()
-    if cpu_tensors:
-        use_defaults(CPU_RANK_HOROVOD_SETTINGS)
-    hvd.init()
-
-
-def threads_per_rank(local_size: int, requested: int | None) -> int:
-    """Ranks on one host share its cores; oversubscribed threads thrash."""
-    return requested or max(1, len(os.sched_getaffinity(0)) // local_size)
-
-
-def local_size_before_init() -> int:
-    """How many ranks share this host, before Horovod is up: horovodrun
-    (Gloo) and mpirun (MPI) tell each process; srun tells each task how many
-    tasks every node of its step runs."""
-    told = os.environ.get("HOROVOD_LOCAL_SIZE") or os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE")
-    if told:
-        return int(told)
-    step_tasks, node = os.environ.get("SLURM_STEP_TASKS_PER_NODE"), os.environ.get("SLURM_NODEID")
-    if step_tasks and node and node.isdigit():
-        from horovod_train.launch.slurm import expand_tasks_per_node
-
-        return expand_tasks_per_node(step_tasks)[int(node)]
-    return 1
-
-
-def threads_before_init(requested: int | None) -> int:
-    """threads_per_rank before Horovod is up."""
-    return threads_per_rank(local_size_before_init(), requested)
-
-
-# Where each controller's launcher names the ranks' interface: horovodrun
-# (its probe's choice, or --network-interfaces) and the Slurm job's srun
-# (launch/network.py's) both set these.
-NETWORK_VARIABLES = {"gloo": "HOROVOD_GLOO_IFACE", "mpi": "OMPI_MCA_btl_tcp_if_include"}
-
-
-def describe(hvd, device: str, threads: int) -> Runtime:
-    controller = "gloo" if hvd.gloo_enabled() else "mpi"
-    return Runtime(
-        rank=hvd.rank(), size=hvd.size(), local_rank=hvd.local_rank(),
-        local_size=hvd.local_size(), device=device, controller=controller,
-        hostname=socket.gethostname(), threads=threads,
-        network=os.environ.get(NETWORK_VARIABLES[controller]),
-    )
+from horovod_train.core.runtime import Runtime
 
 
 def check_all_ranks(allgather_object, rank: int, step, name: str):

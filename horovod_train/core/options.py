@@ -73,7 +73,7 @@ TIMES_EPILOG = (
     "training steps alone (step_time_s)."
 )
 
-# What distributed.init_horovod sets in each rank (docs/trainer.md says why).
+# What runtime.init_horovod sets in each rank (docs/trainer.md says why).
 RANK_SETTINGS_EPILOG = (
     " Each rank also sets, before Horovod starts, Open MPI to yield its core while it "
     "waits (OMPI_MCA_mpi_yield_when_idle=1) and, training on the CPU, Horovod's fusion "

@@ -20,6 +20,7 @@ from horovod_train.core import (
     loop,
     metrics,
     mnist,
+    runtime,
     sharding,
 )
 from horovod_train.core.config import RunConfig
@@ -63,7 +64,7 @@ class MXNetTrainer(loop.Trainer):
     framework = "mxnet"
     model_name = MODEL_NAME
 
-    def __init__(self, config: RunConfig, rt: distributed.Runtime, context, train: mnist.Split,
+    def __init__(self, config: RunConfig, rt: runtime.Runtime, context, train: mnist.Split,
                  test: mnist.Split):
         self.config, self.rt, self.context, self.train, self.test = (config, rt, context, train,
                                                                      test)
@@ -168,11 +169,11 @@ class MXNetTrainer(loop.Trainer):
 def run(config: RunConfig) -> dict:
     started = time.perf_counter()
     use_gpu = not config.device.no_cuda and mx.context.num_gpus() > 0
-    distributed.init_horovod(hvd, cpu_tensors=not use_gpu)
+    runtime.init_horovod(hvd, cpu_tensors=not use_gpu)
     context = mx.gpu(hvd.local_rank() % mx.context.num_gpus()) if use_gpu else mx.cpu()
     mx.random.seed(config.schedule.seed)
     np.random.seed(config.schedule.seed)
-    rt = distributed.describe(hvd, f"gpu:{context.device_id}" if use_gpu else "cpu",
+    rt = runtime.describe(hvd, f"gpu:{context.device_id}" if use_gpu else "cpu",
                               int(os.environ.get("OMP_NUM_THREADS", "0")))
     if config.horovod.use_adasum:
         raise UserError("--use-adasum: Horovod's MXNet DistributedTrainer has no Adasum "

@@ -14,6 +14,7 @@ from horovod_train.core import (
     loop,
     metrics,
     mnist,
+    runtime,
     sharding,
 )
 from horovod_train.core.config import RunConfig
@@ -44,9 +45,9 @@ def build_model() -> tf.keras.Model:
     ], name=MODEL_NAME)
 
 
-def init(use_gpu: bool, threads: int | None, seed: int) -> distributed.Runtime:
+def init(use_gpu: bool, threads: int | None, seed: int) -> runtime.Runtime:
     gpus = tf.config.list_physical_devices("GPU")
-    distributed.init_horovod(hvd, cpu_tensors=not (use_gpu and gpus))
+    runtime.init_horovod(hvd, cpu_tensors=not (use_gpu and gpus))
     if use_gpu and gpus:
         gpu = gpus[hvd.local_rank() % len(gpus)]
         tf.config.experimental.set_memory_growth(gpu, True)
@@ -55,12 +56,12 @@ def init(use_gpu: bool, threads: int | None, seed: int) -> distributed.Runtime:
     else:
         tf.config.set_visible_devices([], "GPU")
         device = "cpu"
-    threads = distributed.threads_per_rank(hvd.local_size(), threads)
+    threads = runtime.threads_per_rank(hvd.local_size(), threads)
     # Must happen before TensorFlow runs its first operation.
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(1)
     tf.keras.utils.set_random_seed(seed)
-    return distributed.describe(hvd, device, threads)
+    return runtime.describe(hvd, device, threads)
 
 
 def model_arrays(model: tf.keras.Model, optimizer) -> dict[str, tf.Variable]:
@@ -78,7 +79,7 @@ class TensorFlowTrainer(loop.Trainer):
     framework = "tensorflow"
     model_name = MODEL_NAME
 
-    def __init__(self, config: RunConfig, rt: distributed.Runtime, train: mnist.Split,
+    def __init__(self, config: RunConfig, rt: runtime.Runtime, train: mnist.Split,
                  test: mnist.Split):
         self.config, self.rt, self.train, self.test = config, rt, train, test
         self.n_train, self.n_test = len(train), len(test)

@@ -24,7 +24,15 @@ from pathlib import Path
 import horovod.torch as hvd
 import torch
 
-from horovod_train.core import console, distributed, loop, lr_schedule, mnist, outputs, sharding
+from horovod_train.core import (
+    console,
+    loop,
+    lr_schedule,
+    mnist,
+    outputs,
+    runtime,
+    sharding,
+)
 from horovod_train.core.config import RunConfig
 from horovod_train.torch import device_data
 from horovod_train.torch.models import build_model
@@ -62,7 +70,7 @@ class ElasticTrainer(TorchTrainer):
     watch_stalls = False  # lost ranks are Horovod Elastic's to handle, with its own timeouts
 
     def __init__(self, config: RunConfig, state, train_data: device_data.DeviceMnist,
-                 test_data: device_data.DeviceMnist, events: EventLog, rt: distributed.Runtime):
+                 test_data: device_data.DeviceMnist, events: EventLog, rt: runtime.Runtime):
         super().__init__(config, state.model, state.optimizer, train_data.device,
                          len(train_data), len(test_data), float(rt.size))
         self.state, self.train_data, self.test_data, self.events = (state, train_data, test_data,
@@ -154,7 +162,7 @@ def run(config: RunConfig) -> dict:
     def train(state) -> dict:
         # Entered at the start and again after every reset, with the ranks
         # there are then, from the epoch and position of the last commit.
-        rt = distributed.describe(hvd, str(device), threads)
+        rt = runtime.describe(hvd, str(device), threads)
         trainer = ElasticTrainer(config, state, train_data, test_data, events, rt)
         return loop.fit(config, rt, trainer, state.epoch, started)
 

@@ -19,6 +19,7 @@ from horovod_train.core import (
     metrics,
     mnist,
     nccl_report,
+    runtime,
 )
 from horovod_train.core.config import RunConfig
 from horovod_train.core.errors import UserError
@@ -31,7 +32,7 @@ NCCL_OUTPUT = nccl_report.DebugOutput()
 
 
 def init(use_cuda: bool, threads: int | None,
-         seed: int) -> tuple[distributed.Runtime, torch.device]:
+         seed: int) -> tuple[runtime.Runtime, torch.device]:
     """hvd.init(), one GPU per local rank (or the CPU), CPU threads shared out
     among the ranks of a host, and the same seed everywhere so every rank
     builds the same initial model (rank 0's is broadcast anyway)."""
@@ -41,20 +42,20 @@ def init(use_cuda: bool, threads: int | None,
     use_cuda = use_cuda and torch.cuda.is_available()
     if use_cuda:
         NCCL_OUTPUT.start()
-    distributed.init_horovod(hvd, cpu_tensors=not use_cuda)
+    runtime.init_horovod(hvd, cpu_tensors=not use_cuda)
     if use_cuda:
         device = torch.device("cuda", hvd.local_rank() % torch.cuda.device_count())
         torch.cuda.set_device(device)
         gpu.check_architecture(torch, device)
     else:
         device = torch.device("cpu")
-    threads = distributed.threads_per_rank(hvd.local_size(), threads)
+    threads = runtime.threads_per_rank(hvd.local_size(), threads)
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
-    return distributed.describe(hvd, str(device), threads), device
+    return runtime.describe(hvd, str(device), threads), device
 
 
-def nccl_transport(rt: distributed.Runtime, device: torch.device) -> dict:
+def nccl_transport(rt: runtime.Runtime, device: torch.device) -> dict:
     """Which transport NCCL chose, every rank's gathered (nccl_report):
     rank 0 prints it, with a warning where a host's InfiniBand goes unused."""
     # NCCL sets up its communicator and connections at its first collective:
@@ -99,7 +100,7 @@ def amp_settings(device: torch.device) -> tuple[torch.dtype | None, bool]:
     return torch.float16, True
 
 
-def training_batches(pipeline: str, split: mnist.Split, batch_size: int, rt: distributed.Runtime,
+def training_batches(pipeline: str, split: mnist.Split, batch_size: int, rt: runtime.Runtime,
                      seed: int, device: torch.device, workers: int):
     """This rank's training batches, epoch by epoch (`.epoch(e)`, `len()`):
     the whole split on the device ("memory") or a DataLoader ("loader")."""
@@ -113,7 +114,7 @@ def training_batches(pipeline: str, split: mnist.Split, batch_size: int, rt: dis
 
 
 def evaluation_batches(pipeline: str, split: mnist.Split, batch_size: int,
-                       rt: distributed.Runtime, device: torch.device):
+                       rt: runtime.Runtime, device: torch.device):
     """This rank's disjoint slice of the test split, as batches."""
     if pipeline == "memory":
         return device_data.EvalBatches(device_data.DeviceMnist(split, device), batch_size,
@@ -179,7 +180,7 @@ class EpochTrainer(TorchTrainer):
     --backward-passes-per-step batches."""
 
     def __init__(self, config: RunConfig, model: nn.Module, optimizer, device: torch.device,
-                 rt: distributed.Runtime, train_split: mnist.Split, test_split: mnist.Split,
+                 rt: runtime.Runtime, train_split: mnist.Split, test_split: mnist.Split,
                  lr_scale: float, nccl: dict | None):
         super().__init__(config, model, optimizer, device, len(train_split), len(test_split),
                          lr_scale)
