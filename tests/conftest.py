@@ -1,5 +1,14 @@
 """Shared fixtures: the real MNIST digits, the emulated cluster, and a helper
-that runs horovodrun for real and reads the trainer's summary."""
+that runs horovodrun for real and reads the trainer's summary.
+
+The tests are split by kind, a folder each, each runnable on its own
+(`scripts/test.sh tests/single`) and marked by its folder (`-m single`):
+  single/    in process, in seconds: the rules (the loop, options, sharding,
+             records, parsers)
+  parallel/  processes on this host: horovodrun jobs, the trainers and
+             scripts as users run them
+  cluster/   root: emulated hosts, the images run as hosts, Slurm, the soak
+A file sits in the folder of the heaviest test it holds."""
 
 import functools
 import json
@@ -24,8 +33,20 @@ T10K_DIR = Path(os.environ.get("MNIST_T10K_DIR",
                                REPO.parent / "shared" / "datasets" / "mnist-t10k"))
 
 
+KINDS = ("single", "parallel", "cluster")
+
+
+def pytest_collection_modifyitems(items):
+    """Each test is marked with its folder's kind."""
+    for item in items:
+        kind = item.path.parent.name
+        if kind in KINDS:
+            item.add_marker(kind)
+
+
 def pytest_addoption(parser):
-    soak = parser.getgroup("soak", "tests/test_soak.py: the two-host command again and again")
+    soak = parser.getgroup("soak", "tests/cluster/test_soak.py: the two-host command again "
+                                   "and again")
     soak.addoption("--soak-runs", type=int, default=2, metavar="N",
                    help="consecutive runs, alternating Gloo and MPI (default 2; 20 for the "
                         "long soak)")

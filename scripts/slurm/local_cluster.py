@@ -3,7 +3,7 @@ scripts/emulate_cluster.sh: the controller `ctl` on the hosts' bridge, one
 slurmd inside each host, munge for authentication, and accounting (slurmdbd
 over a MariaDB server of its own), so that sacct lists jobs and their steps.
 For trying scripts/slurm/horovod.sbatch and submit.py, and for
-tests/test_slurm.py.
+tests/cluster/test_slurm.py.
 
 Run it through scripts/slurm/local_cluster.sh (needs root, Debian's
 slurm-wlm, slurmdbd, mariadb-server and munge, and the emulated hosts up):

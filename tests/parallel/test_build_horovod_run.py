@@ -9,16 +9,20 @@ import subprocess
 import sys
 import tarfile
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from conftest import BIN, REPO
 
 ENV_DIR = REPO / "docker" / "env"  # the environment recipe, also the image's
+
 SCRIPT = ENV_DIR / "build_horovod.sh"
+
 SETUP = ENV_DIR / "setup.sh"
+
 spec = importlib.util.spec_from_file_location("build_horovod", ENV_DIR / "build_horovod.py")
+
 build_horovod = importlib.util.module_from_spec(spec)
+
 spec.loader.exec_module(build_horovod)
 
 
@@ -131,41 +135,6 @@ def test_cache_entry_is_named_by_the_key_and_records_its_inputs():
         assert fact in inputs
 
 
-TORCH_ARCHS = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]  # 2.14.1+cu130's
-
-
-def plan_for(torch_version="2.14.1+cu130", gpu_ops="none", frameworks=("pytorch",),
-             cuda_archs="80,90", torch_archs=TORCH_ARCHS):
-    args = SimpleNamespace(frameworks=list(frameworks), gpu_ops=gpu_ops, jobs=2,
-                           cuda_archs=cuda_archs)
-    info = {"abi": "cpython-311-x86_64-linux-gnu", "machine": "x86_64",
-            "frameworks": {"torch": torch_version}, "torch_cuda": None, "nccl_home": None,
-            "torch_archs": torch_archs}
-    return build_horovod.plan(args, info)
-
-
-def test_key_changes_with_torch_version_patch_and_flags(monkeypatch, tmp_path):
-    base = build_horovod.cache_key(plan_for()[0])
-    assert build_horovod.cache_key(plan_for()[0]) == base
-    assert build_horovod.cache_key(plan_for(torch_version="2.13.0")[0]) != base
-
-    patches = tmp_path / "patches"
-    patches.mkdir()
-    (patches / "a.patch").write_text("--- a/x\n+++ b/x\n")
-    monkeypatch.setattr(build_horovod, "PATCH_DIR", patches)
-    assert build_horovod.cache_key(plan_for()[0]) != base
-
-
-def test_build_flags_follow_the_frameworks():
-    _, env = plan_for()
-    assert env["HOROVOD_WITH_PYTORCH"] == "1"
-    assert env["HOROVOD_WITHOUT_TENSORFLOW"] == "1" and env["HOROVOD_WITHOUT_MXNET"] == "1"
-    assert env["HOROVOD_WITH_MPI"] == "1" and env["HOROVOD_WITH_GLOO"] == "1"
-    assert "HOROVOD_GPU_OPERATIONS" not in env
-    # Without GPU operations the torch extension is CPU-only: no CUDA toolkit.
-    assert env["HOROVOD_TORCH_CPU_ONLY"] == "1"
-
-
 def test_check_only_checks_what_the_venv_was_built_for():
     result = subprocess.run([str(SCRIPT), "--python", sys.executable, "--check-only"],
                             capture_output=True, text=True, timeout=300)
@@ -187,32 +156,6 @@ def test_libraries_find_the_frameworks_relative_to_themselves():
         assert "$ORIGIN/../../torch/lib" in runpath.split(":"), runpath
 
 
-def test_nccl_build_plan(monkeypatch, tmp_path):
-    """An NCCL build compiles for the architectures asked for, with the
-    lock's CUDA compiler, and each of them is part of the key."""
-    nccl = tmp_path / "nccl"
-    (nccl / "include").mkdir(parents=True)
-    (nccl / "include" / "nccl.h").write_text(
-        "#define NCCL_MAJOR 2\n#define NCCL_MINOR 30\n#define NCCL_PATCH 7\n")
-    monkeypatch.setenv("HOROVOD_NCCL_HOME", str(nccl))
-    monkeypatch.delenv("CUDA_HOME", raising=False)
-    inputs, env = plan_for(gpu_ops="nccl")
-    assert env["HOROVOD_GPU_OPERATIONS"] == "NCCL"
-    assert env["HOROVOD_BUILD_CUDA_CC_LIST"] == "80,90"
-    assert "HOROVOD_TORCH_CPU_ONLY" not in env
-    assert inputs["nccl"] == "2.30.7"
-    assert inputs["cuda_toolkit"] == f"cuda-toolkit=={build_horovod.locked_version('cuda-toolkit')}"
-    key = build_horovod.cache_key(inputs)
-    assert build_horovod.cache_key(plan_for(gpu_ops="nccl", cuda_archs="90")[0]) != key
-    assert build_horovod.cache_key(plan_for()[0]) != key
-    # The default: what torch has native code for, read from torch.
-    inputs, env = plan_for(gpu_ops="nccl", cuda_archs="torch")
-    assert env["HOROVOD_BUILD_CUDA_CC_LIST"] == inputs["cuda_archs"] == "75,80,86,90,100,120"
-    with pytest.raises(build_horovod.UserError, match="^--cuda-archs torch: the environment's "
-                                                      "torch lists no CUDA architectures"):
-        plan_for(gpu_ops="nccl", cuda_archs="torch", torch_archs=[])
-
-
 def test_cuda_compiler_is_the_cuda_of_torchs_pin():
     """The lock's CUDA compiler wheels are those of the cuda-toolkit release
     torch's own pin names, so Horovod's kernels and torch share one CUDA."""
@@ -223,22 +166,6 @@ def test_cuda_compiler_is_the_cuda_of_torchs_pin():
         [sys.executable, "-c", "import importlib.metadata as m; print(m.requires('torch'))"],
         capture_output=True, text=True, timeout=60).stdout
     assert "cuda-toolkit" in torch_requires and "13.0" in torch_requires
-
-
-def test_nvcc_refuses_an_architecture_in_one_line(tmp_path):
-    """Against the real CUDA compiler (the lock's wheels, in the wheel cache
-    once an NCCL build ran; installed here otherwise)."""
-    cuda_home = build_horovod.cuda_toolkit(build_horovod.default_cache_dir(), sys.executable)
-    build_horovod.check_cuda_archs("80,90", cuda_home)
-    # Every architecture this torch has native code for compiles (the default).
-    torch_archs = build_horovod.probe_python(sys.executable, ["pytorch"])["torch_archs"]
-    build_horovod.check_cuda_archs(build_horovod.resolved_cuda_archs(
-        "torch", {"torch_archs": torch_archs}), cuda_home)
-    with pytest.raises(build_horovod.UserError) as refused:
-        build_horovod.check_cuda_archs("80,35", cuda_home)
-    message = str(refused.value)
-    assert message.startswith("--cuda-archs 80,35: nvcc in ") and "refuses 35; it takes " in message
-    assert "\n" not in message
 
 
 def test_gpu_build_plan_finds_the_nccl_of_torchs_wheel():

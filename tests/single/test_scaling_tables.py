@@ -1,5 +1,5 @@
 """The scaling matrix's report: one row per layout and launcher from the
-runs, its marks, and the four files (tests/test_matrix.py runs the matrix)."""
+runs, its marks, and the four files (tests/cluster/test_matrix.py runs the matrix)."""
 
 import csv
 import json

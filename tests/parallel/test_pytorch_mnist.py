@@ -16,6 +16,7 @@ from conftest import BIN, REPO, TRAINER, assert_trained, horovodrun
 from horovod_train.torch import checkpoint
 
 pytestmark = pytest.mark.slow
+
 EPOCHS = ["--epochs", "3"]
 
 
@@ -36,18 +37,6 @@ def test_two_ranks_on_this_machine_reach_95_percent(controller, mnist_dir, tmp_p
     assert epochs[-1]["test_accuracy"] == run.summary["test_accuracy"]
     assert (tmp_path / "run" / "checkpoints" / "checkpoint.pt").is_file()
     assert list((tmp_path / "run" / "tensorboard").glob("events.out.tfevents.*"))
-
-
-@pytest.mark.cluster
-@pytest.mark.parametrize("controller", ["gloo", "mpi"])
-def test_two_host_command_across_emulated_hosts(controller, cluster, mnist_dir, tmp_path):
-    """horovodrun -np 4 -H a:2,b:2 -p 12345 python horovod_train/pytorch_mnist.py,
-    launched from host a as a user would."""
-    run = horovodrun(["-np", "4", "-H", "a:2,b:2", "-p", "12345", f"--{controller}"],
-                     ["--data-dir", str(mnist_dir), "--no-download", *EPOCHS],
-                     tmp_path / "run", host="a")
-    summary = assert_trained(run, 4, controller, {"a": 2, "b": 2})
-    assert {r["host"] for r in summary["ranks"] if r["local_rank"] == 1} == {"a", "b"}
 
 
 def test_a_run_interrupted_after_epoch_2_resumes_to_the_same_weights(mnist_dir, tmp_path):
@@ -142,7 +131,7 @@ def test_help_documents_every_option():
                    "--memory-format", "--label-smoothing"]:
         assert option in result.stdout, option
     # PyTorch's own setting of its process, and how to undo it (those of
-    # every trainer: tests/test_options.py).
+    # every trainer: tests/single/test_options.py).
     assert "HOROVOD_TRAIN_MALLOC=glibc" in result.stdout
 
 

@@ -1,7 +1,7 @@
 """benchmarks/run_matrix.sh: the layouts' hosts and commands, a row for
 every layout (a failed one with its reason) while the rest run, and all
 four files written. The tiny matrix runs for real on the emulated hosts
-(the rows' figures and marks: tests/test_scaling_tables.py)."""
+(the rows' figures and marks: tests/single/test_scaling_tables.py)."""
 
 import csv
 import importlib.util

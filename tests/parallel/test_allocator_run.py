@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 
-import pytest
 from conftest import REPO
 
 from horovod_train.torch import allocator
@@ -60,19 +59,3 @@ def test_the_pytorch_trainers_start_keeping_freed_memory():
     setup = ("from horovod_train.torch import trainer; trainer.init(False, 1, 0); "
              "applied = 'by-init'")
     assert probe(setup) == "by-init own_mmaps 0 kept True"
-
-
-@pytest.mark.parametrize("env", [
-    {"HOROVOD_TRAIN_MALLOC": "glibc"},
-    {"MALLOC_TRIM_THRESHOLD_": "0"},
-    {"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=65536"},
-    {"LD_PRELOAD": "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"},
-], ids=["asked-for-glibc", "malloc-env", "glibc-tunables", "preloaded-malloc"])
-def test_a_users_own_allocator_choice_wins(env):
-    assert allocator.user_chose_allocator(env)
-
-
-def test_unrelated_settings_leave_the_choice_to_the_trainer():
-    assert not allocator.user_chose_allocator(
-        {"HOROVOD_TRAIN_MALLOC": "keep", "GLIBC_TUNABLES": "glibc.pthread.rseq=0",
-         "LD_PRELOAD": ""})

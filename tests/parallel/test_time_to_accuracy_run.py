@@ -8,7 +8,6 @@ import subprocess
 import pytest
 from conftest import BIN, REPO, TRAINER
 
-from horovod_train.pytorch_mnist import parse_args
 from horovod_train.torch.presets import PRESETS
 
 SCRIPT = "benchmarks/time_to_accuracy.py"
@@ -17,15 +16,6 @@ SCRIPT = "benchmarks/time_to_accuracy.py"
 def run_benchmark(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
     return subprocess.run([str(BIN / "python"), SCRIPT, *args], cwd=REPO, capture_output=True,
                           text=True, timeout=timeout)
-
-
-def test_preset_sets_defaults_and_options_given_win():
-    record = parse_args(["--preset", "fast-mnist"]).as_record()
-    for key, value in PRESETS["fast-mnist"].items():
-        assert record[key] == value, key
-    assert parse_args(["--preset", "fast-mnist", "--epochs", "7"]).schedule.epochs == 7
-    plain = parse_args([]).schedule
-    assert plain.target_accuracy is None and plain.epochs == 5
 
 
 @pytest.mark.slow

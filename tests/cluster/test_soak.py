@@ -5,7 +5,7 @@ with nothing corrupted.
 
 CI runs the short soak (2 runs, 1 fault); the long one is
 
-    scripts/test.sh tests/test_soak.py --soak-runs 20 --soak-faults 10
+    scripts/test.sh tests/cluster/test_soak.py --soak-runs 20 --soak-faults 10
 """
 
 import random

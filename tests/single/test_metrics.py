@@ -144,4 +144,3 @@ def test_the_closing_lines_split_wall_time_as_help_defines_it():
                                     CONFIG)
     assert ("wall time 5.0 s: 2.5 s training (2.0 s of it in steps), 2.5 s start-up and "
             "summary") in metrics.format_summary(summary)
-
