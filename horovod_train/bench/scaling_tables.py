@@ -1,6 +1,6 @@
 """The scaling matrix's report: its runs summarised into one row per layout
 and launcher, and the files run_matrix.sh writes from them: results.json,
-scaling.csv, scaling.md and scaling.png (benchmarks/matrix.py measures).
+scaling.csv, scaling.md and scaling.png (matrix.py measures).
 
 Speed-up and efficiency are against 1x1 of the same launcher: efficiency =
 images/s / (ranks x images/s of 1x1). Honesty marks in the notes:

@@ -4,19 +4,16 @@ four files written. The tiny matrix runs for real on the emulated hosts
 (the rows' figures and marks: tests/single/test_scaling_tables.py)."""
 
 import csv
-import importlib.util
 import json
 import subprocess
 
 import pytest
 from conftest import BIN, REPO
 
+from horovod_train.bench import matrix
 from horovod_train.core.errors import UserError
 
 RUN_MATRIX = REPO / "benchmarks" / "run_matrix.sh"
-spec = importlib.util.spec_from_file_location("matrix", REPO / "benchmarks" / "matrix.py")
-matrix = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(matrix)
 
 
 def run_matrix(*argv: str, timeout: int = 900) -> subprocess.CompletedProcess:

@@ -2,18 +2,16 @@
 from runs it generated itself, leaves out oversubscribed runs, takes given
 links over fitted ones, and answers bad input with one line."""
 
-import importlib.util
 import json
 import subprocess
 
 import pytest
 from conftest import BIN, REPO
 
+from horovod_train.bench import predict_scaling
+
 SCRIPT = REPO / "benchmarks" / "predict_scaling.py"
 COMMITTED = REPO / "benchmarks" / "results" / "cpu-2core-1gbit"
-spec = importlib.util.spec_from_file_location("predict_scaling", SCRIPT)
-predict_scaling = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(predict_scaling)
 
 BATCH = 32
 COMPUTE = 0.2                 # s per step
