@@ -148,16 +148,43 @@ def write_epoch(rt, log: metrics.MetricsLog, trainer: Trainer, record: dict) -> 
         trainer.save_checkpoint(record["epoch"], {"metrics": record, "world_size": rt.size})
 
 
+def train_one_epoch(trainer: Trainer, epoch: int, lr_at: Callable[[int], float],
+                    steps_per_epoch: int, config: RunConfig, is_root: bool,
+                    dog) -> tuple[float, float, int, float]:
+    """One epoch of training, with rank 0's progress and the watchdog's
+    heartbeat after every batch: this rank's loss sum, correct count, images
+    and seconds."""
+    trainer.start_epoch(epoch)
+    bar = console.progress(trainer.batches_per_epoch,
+                           f"epoch {epoch + 1}/{config.schedule.epochs}",
+                           enabled=is_root and not config.outputs.no_progress,
+                           every_s=config.outputs.progress_every)
+
+    def after_batch():
+        bar.update()
+        dog.beat()
+
+    tic = time.perf_counter()
+    loss_sum, correct, count = train_epoch(
+        trainer.train_batch, trainer.set_lr,
+        itertools.islice(trainer.epoch_batches(epoch), trainer.batches_per_epoch), lr_at,
+        first_step=epoch * steps_per_epoch, batches_per_step=trainer.batches_per_step,
+        after_batch=after_batch)
+    seconds = time.perf_counter() - tic
+    bar.close()
+    return loss_sum, correct, count, seconds
+
+
 def fit(config: RunConfig, rt, trainer: Trainer, epochs_done: int, started: float) -> dict:
-    """Train from `epochs_done` to config.schedule.epochs, or to the first epoch that
-    reaches config.schedule.target_accuracy; return the run's summary. `started` is
-    the trainer's start on time.perf_counter()'s clock (the summary's wall
-    time counts from it)."""
+    """Train from `epochs_done` to the last epoch, or to the first epoch that
+    reaches the target accuracy; return the run's summary. `started` is the
+    trainer's start on time.perf_counter()'s clock (the summary's wall time
+    counts from it)."""
     schedule = config.schedule
     steps_per_epoch = trainer.batches_per_epoch // trainer.batches_per_step
     log = metrics.MetricsLog(config.outputs.log_dir, enabled=rt.is_root, epochs_done=epochs_done)
     metrics.announce(rt, trainer.framework, trainer.model_name, trainer.n_train, trainer.n_test,
-                     config.schedule.lr, trainer.lr_scale, epochs_done)
+                     schedule.lr, trainer.lr_scale, epochs_done)
 
     def scheduled_lr(step: int) -> float:
         return lr_schedule.learning_rate(step, steps_per_epoch, schedule.epochs, schedule.lr,
@@ -168,38 +195,22 @@ def fit(config: RunConfig, rt, trainer: Trainer, epochs_done: int, started: floa
 
     images_seen, step_seconds = 0, 0.0
     test_metrics = {"test_loss": math.nan, "test_accuracy": math.nan}
-    target = {"target_accuracy": config.schedule.target_accuracy, "target_reached_epoch": None,
+    target = {"target_accuracy": schedule.target_accuracy, "target_reached_epoch": None,
               "time_to_target_s": None}
     training_started = time.perf_counter()  # options.TIMES_EPILOG
     stall_limit = config.horovod.stall_limit if trainer.watch_stalls else 0
     with watchdog.watching(stall_limit, rt.rank, rt.hostname, trainer.allgather_object) as dog:
-        for epoch in range(epochs_done, config.schedule.epochs):
-            trainer.start_epoch(epoch)
-            bar = console.progress(trainer.batches_per_epoch,
-                                   f"epoch {epoch + 1}/{config.schedule.epochs}",
-                                   enabled=rt.is_root and not config.outputs.no_progress,
-                                   every_s=config.outputs.progress_every)
-
-            def after_batch(bar=bar):
-                bar.update()
-                dog.beat()
-
-            tic = time.perf_counter()
-            loss_sum, correct, count = train_epoch(
-                trainer.train_batch, trainer.set_lr,
-                itertools.islice(trainer.epoch_batches(epoch), trainer.batches_per_epoch), lr_at,
-                first_step=epoch * steps_per_epoch, batches_per_step=trainer.batches_per_step,
-                after_batch=after_batch)
-            epoch_seconds = time.perf_counter() - tic
-            bar.close()
+        for epoch in range(epochs_done, schedule.epochs):
+            loss_sum, correct, count, epoch_seconds = train_one_epoch(
+                trainer, epoch, lr_at, steps_per_epoch, config, rt.is_root, dog)
             images_seen += count
             step_seconds += epoch_seconds
 
             trainer.average_buffers()
             test_metrics = evaluate(trainer, dog.beat)
             # Every rank sees the same accuracy (summed over ranks), so all stop together.
-            reached = (config.schedule.target_accuracy is not None
-                       and test_metrics["test_accuracy"] >= config.schedule.target_accuracy)
+            reached = (schedule.target_accuracy is not None
+                       and test_metrics["test_accuracy"] >= schedule.target_accuracy)
             if reached:
                 target.update(target_reached_epoch=epoch + 1,
                               time_to_target_s=time.perf_counter() - training_started)
@@ -224,7 +235,7 @@ def fit(config: RunConfig, rt, trainer: Trainer, epochs_done: int, started: floa
                 break
         train_seconds = time.perf_counter() - training_started
         log.close()
-        if epochs_done >= config.schedule.epochs:
+        if epochs_done >= schedule.epochs:
             test_metrics = evaluate(trainer, dog.beat)
 
         mine = metrics.rank_figures(rt, images_seen, step_seconds, train_seconds, trainer.digest())
