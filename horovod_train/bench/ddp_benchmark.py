@@ -16,7 +16,7 @@ import sys
 from datetime import timedelta
 from pathlib import Path
 
-from horovod_train.core import options
+from horovod_train.core import config, options
 from horovod_train.core.errors import ArgumentParser, UserError, run_main
 from horovod_train.torch.models import MEMORY_FORMATS, MNIST_MODELS, MODELS
 
@@ -41,7 +41,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.benchmark_steps is None:
         parser.error("--benchmark-steps is required")
-    options.check_benchmark(parser, args, MNIST_MODELS)
+    problem = config.input_problem(args.model, args.synthetic, True, MNIST_MODELS)
+    if problem:
+        parser.error(problem)
     return args
 
 

@@ -163,8 +163,17 @@ def validate(config: RunConfig, mnist_models: tuple[str, ...] = ()) -> str | Non
         given = [option for option in REFUSED_BY[mode] if on and GIVEN[option](config)]
         if given:
             return f"{mode} does not combine with {', '.join(given)}"
-    if bench.steps is None and (bench.synthetic or torch.model not in mnist_models):
+    return input_problem(torch.model, bench.synthetic, bench.steps is not None, mnist_models)
+
+
+def input_problem(model: str, synthetic: bool, benchmarking: bool,
+                  mnist_models: tuple[str, ...]) -> str | None:
+    """What is wrong with a network's input, or None: synthetic images and
+    the networks that take no MNIST (the resnets) are for timed steps only,
+    and those networks take synthetic images only. The trainer's
+    --benchmark-steps and the DDP baseline (bench/ddp_benchmark.py) share it."""
+    if not benchmarking and (synthetic or model not in mnist_models):
         return "--synthetic and the resnet models are for --benchmark-steps runs only"
-    if torch.model not in mnist_models and not bench.synthetic:
-        return f"--model {torch.model} takes synthetic images only: add --synthetic"
+    if model not in mnist_models and not synthetic:
+        return f"--model {model} takes synthetic images only: add --synthetic"
     return None

@@ -43,7 +43,7 @@ def probe(setup: str, **env: str) -> str:
     return result.stdout.split("applied", 1)[1].strip()
 
 
-KEEP = "from horovod_train import allocator; applied = allocator.keep_freed_memory()"
+KEEP = "from horovod_train.torch import allocator; applied = allocator.keep_freed_memory()"
 
 
 def test_a_step_sized_block_comes_from_the_heap_and_stays_there_after_free():

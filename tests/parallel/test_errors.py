@@ -52,8 +52,11 @@ def test_the_entry_points_own_exit_code_passes_through(code):
 
 
 def test_ctrl_c_is_exit_130():
+    # A shell's background job starts with SIGINT ignored, and Python then
+    # leaves it so: the child gets the disposition a terminal would give it.
     process = subprocess.Popen([sys.executable, "-c", ENTRY_POINT, "wait"], cwd=REPO,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert process.stdout.readline() == "waiting\n"
         process.send_signal(signal.SIGINT)

@@ -194,8 +194,8 @@ def problems(job):
         except SystemExit:
             found.append(f"the trainer rejects {command[2:]}")
         else:
-            if volume_for(job, "Worker", str(trainer.data_dir)) is None:
-                found.append(f"--data-dir {trainer.data_dir} is not mounted on the workers")
+            if volume_for(job, "Worker", str(trainer.data.data_dir)) is None:
+                found.append(f"--data-dir {trainer.data.data_dir} is not mounted on the workers")
 
     # SSH: one port for horovodrun, the launcher's ssh config and the
     # workers' sshd; the ssh config's hosts are the hostfile's.

@@ -176,7 +176,7 @@ def test_concurrent_downloads_fetch_each_file_once(loopback_mirror, tmp_path):
     original = loopback_mirror.RequestHandlerClass
     loopback_mirror.RequestHandlerClass = lambda *a, **k: (requests.append(1), original(*a, **k))
     data_dir = tmp_path / "data"
-    code = (f"from horovod_train import mnist; "
+    code = (f"from horovod_train.core import mnist; "
             f"print(len(mnist.load_split({str(data_dir)!r}, 'test')))")
     procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
              for _ in range(4)]
@@ -187,7 +187,7 @@ def test_concurrent_downloads_fetch_each_file_once(loopback_mirror, tmp_path):
 
 def test_cli_subset_then_check(t10k_dir, tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "horovod_train.core.mnist", "subset", "--source", str(t10k_dir),
+        [sys.executable, "-m", "horovod_train.mnist", "subset", "--source", str(t10k_dir),
          "--data-dir", str(tmp_path), "--train", "100", "--test", "50"],
         capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
@@ -196,7 +196,7 @@ def test_cli_subset_then_check(t10k_dir, tmp_path):
 
 def test_cli_reports_errors_in_one_line(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "horovod_train.core.mnist", "check", "--data-dir", str(tmp_path)],
+        [sys.executable, "-m", "horovod_train.mnist", "check", "--data-dir", str(tmp_path)],
         capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "error: MNIST files missing" in result.stderr

@@ -1,5 +1,5 @@
-"""distributed.py: what every trainer does with Horovod, whatever the
-framework (its collectives are exercised by every training test)."""
+"""runtime.py: what each rank sets in its own environment before Horovod
+starts, checked in a rank that a real horovodrun started."""
 
 import os
 import subprocess
@@ -11,7 +11,7 @@ from conftest import BIN, REPO
 RANK_SETTINGS = """
 import os, sys
 import horovod.torch as hvd
-from horovod_train.core import console, distributed
+from horovod_train.core import console, runtime
 runtime.init_horovod(hvd, cpu_tensors=sys.argv[1] == "cpu")
 # console.say: one write a line, so horovodrun's tag never lands inside one.
 console.say(f"yield_when_idle {os.environ['OMPI_MCA_mpi_yield_when_idle']} {hvd.mpi_enabled()}")
