@@ -1,13 +1,12 @@
 """The training image, both variants, as scripts/test.sh builds them with
-podman from docker/ as the context (`docker build docker/`): a lint-clean
-Dockerfile whose build context is docker/ alone; Horovod with NCCL (gpu),
-its CUDA kernels for every architecture torch has and the RDMA stack NCCL
-loads, or with all three frameworks (cpu), every library it links
-resolvable, no CUDA library twice, no private key in any layer; and the
-two-host command run inside each, on hosts that are containers of the image
-(its entrypoint, its sshd, keys from scripts/cluster_keys.sh, the checkout
-mounted at /workspace), and in the image that carries the code, with
-nothing mounted. Bad build arguments fail early with one line."""
+podman from docker/ as the context (`docker build docker/`): Horovod with
+NCCL (gpu), its CUDA kernels for every architecture torch has and the RDMA
+stack NCCL loads, or with all three frameworks (cpu), every library it
+links resolvable, no CUDA library twice, no private key in any layer; and
+the two-host command run inside each, on hosts that are containers of the
+image (its entrypoint, its sshd, keys from scripts/cluster_keys.sh, the
+checkout mounted at /workspace), and in the image that carries the code,
+with nothing mounted. Bad build arguments fail early with one line."""
 
 import json
 import os

@@ -1,10 +1,9 @@
-"""The network the ranks share (horovod_train/launch/network.py): the rules
-that choose an interface, this machine's interfaces as the kernel reports
-them, and, on the emulated hosts with decoy interfaces (docker0 with one
-address on both hosts, mgmt0 on a subnet per host, eth1 on a network that
-joins neither), what horovodrun and the project's launch check do there.
-srun's probe over the same hosts is tested with the real Slurm
-(tests/cluster/test_slurm.py)."""
+"""On the emulated hosts with decoy interfaces (docker0 with one address on
+both hosts, mgmt0 on a subnet per host, eth1 on a network that joins
+neither): the decoys' shapes, what horovodrun chooses among them and what
+Open MPI gets, and an interface named for horovodrun that a host cannot
+use, refused in one line (horovod_train/launch/network.py's rules are
+test_network.py's)."""
 
 import json
 import os

@@ -1,10 +1,6 @@
-"""The network the ranks share (horovod_train/launch/network.py): the rules
-that choose an interface, this machine's interfaces as the kernel reports
-them, and, on the emulated hosts with decoy interfaces (docker0 with one
-address on both hosts, mgmt0 on a subnet per host, eth1 on a network that
-joins neither), what horovodrun and the project's launch check do there.
-srun's probe over the same hosts is tested with the real Slurm
-(tests/cluster/test_slurm.py)."""
+"""This machine's interfaces as the kernel reports them (iproute2), read by
+horovod_train/launch/network.py, also under a bare python. The rules
+that choose among them are test_network.py's."""
 
 import json
 import subprocess

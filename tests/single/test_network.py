@@ -1,10 +1,8 @@
 """The network the ranks share (horovod_train/launch/network.py): the rules
-that choose an interface, this machine's interfaces as the kernel reports
-them, and, on the emulated hosts with decoy interfaces (docker0 with one
-address on both hosts, mgmt0 on a subnet per host, eth1 on a network that
-joins neither), what horovodrun and the project's launch check do there.
-srun's probe over the same hosts is tested with the real Slurm
-(tests/cluster/test_slurm.py)."""
+that choose an interface, and a layer's own variable checked as that layer
+reads it. This machine's interfaces are test_network_run.py's; what
+horovodrun and the launch check do on hosts with decoy interfaces,
+test_network_cluster.py's; srun's probe, tests/cluster/test_slurm.py's."""
 
 
 import pytest
