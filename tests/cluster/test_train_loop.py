@@ -1,7 +1,7 @@
 """The epoch loop every trainer shares, run through the entry scripts under
-horovodrun: with TensorFlow and MXNet, 2 ranks here reach 95%, one rank on
-each emulated host ends with identical weights, and a resumed run
-continues; a disk that fills under rank 0's checkpoint ends every rank with
+horovodrun: with TensorFlow and MXNet, one rank on each emulated host
+reaches 95% with identical weights (over MPI and over Gloo), and a resumed
+run here continues; a disk that fills under rank 0's checkpoint ends every rank with
 one line, and the run resumes from the checkpoint before."""
 
 import json
@@ -24,17 +24,6 @@ def trainer(request):
     return request.param, script
 
 
-def test_two_ranks_reach_95_percent(trainer, mnist_dir, tmp_path):
-    framework, script = trainer
-    run = horovodrun(["-np", "2", "-H", "localhost:2", "--gloo"],
-                     ["--data-dir", str(mnist_dir), "--no-download", "--epochs", "3"],
-                     tmp_path / "run", trainer=script)
-    summary = assert_trained(run, 2, "gloo", {run.summary["ranks"][0]["host"]: 2})
-    assert summary["framework"] == framework
-    assert [e["epoch"] for e in run.epochs] == [1, 2, 3]
-    assert (tmp_path / "run" / "checkpoints" / "checkpoint.npz").is_file()
-
-
 @pytest.mark.cluster
 def test_one_rank_per_emulated_host_ends_identical(trainer, cluster, mnist_dir, tmp_path):
     framework, script = trainer
@@ -42,7 +31,10 @@ def test_one_rank_per_emulated_host_ends_identical(trainer, cluster, mnist_dir, 
     run = horovodrun(["-np", "2", "-H", "a:1,b:1", "-p", "12345", f"--{controller}"],
                      ["--data-dir", str(mnist_dir), "--no-download", "--epochs", "2"],
                      tmp_path / "run", host="a", trainer=script)
-    assert_trained(run, 2, controller, {"a": 1, "b": 1})
+    summary = assert_trained(run, 2, controller, {"a": 1, "b": 1})  # 95% included
+    assert summary["framework"] == framework
+    assert [e["epoch"] for e in run.epochs] == [1, 2]
+    assert (tmp_path / "run" / "checkpoints" / "checkpoint.npz").is_file()
 
 
 def test_resume_continues_from_the_checkpoint(trainer, small_mnist_dir, tmp_path):
