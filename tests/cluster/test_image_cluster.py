@@ -8,6 +8,8 @@ image (its entrypoint, its sshd, keys from scripts/cluster_keys.sh, the
 checkout mounted at /workspace), and in the image that carries the code,
 with nothing mounted. Bad build arguments fail early with one line."""
 
+import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -168,17 +170,43 @@ def test_the_gpu_image_carries_the_rdma_stack_nccl_and_open_mpi_load(variant, ho
     assert len(tools.stdout.split()) == 3, tools.stdout
 
 
+HOROVOD_TORCH_LIB = "horovod/torch/mpi_lib_v2.cpython-311-x86_64-linux-gnu.so"
+SITE_PACKAGES = Path(importlib.util.find_spec("horovod").origin).parent.parent  # this venv's
+
+
+@pytest.mark.cluster
+def test_the_cpu_images_horovod_is_the_wheel_the_emulated_hosts_train_with(variant, hosts):
+    """scripts/test.sh builds the CPU image's Horovod from the checkout's
+    wheel cache: the same build, so its Gloo path is the one every
+    emulated-host test runs."""
+    if variant != "cpu":
+        pytest.skip("the GPU image's Horovod is its own build (NCCL)")
+    in_image = run_on("a", "sha256sum",
+                      f"/opt/venv/lib/python3.11/site-packages/{HOROVOD_TORCH_LIB}")
+    assert in_image.returncode == 0, in_image.stderr
+    here = hashlib.sha256((SITE_PACKAGES / HOROVOD_TORCH_LIB).read_bytes()).hexdigest()
+    assert in_image.stdout.split()[0] == here
+
+
+SKIPPED_RUNS = {
+    ("gpu", "mpi"): "run by the code image's test, on the GPU image's layers",
+    ("cpu", "gloo"): "the CPU image's Horovod is the wheel the emulated hosts run over Gloo",
+}
+
+
 @pytest.mark.slow
 @pytest.mark.cluster
 @pytest.mark.parametrize("controller", ["mpi", "gloo"])
 def test_two_host_command_inside_the_image(variant, hosts, image_mounts, controller):
     """The command as users type it, in the image's working directory (the
     mounted checkout), over MPI and Gloo: the GPU image's NCCL build of
-    Horovod trains CPU tensors too. (The GPU image over MPI, the command
-    exactly as written, is the code image's test below: the same image
-    with the code in it.)"""
-    if (variant, controller) == ("gpu", "mpi"):
-        pytest.skip("run by the code image's test, on the GPU image's layers")
+    Horovod trains CPU tensors too. Each Horovod build runs over both: the
+    GPU image's over Gloo here and over MPI, the command exactly as written,
+    in the code image's test below (the same image with the code in it);
+    the CPU image's, the very wheel the emulated hosts' tests run over Gloo,
+    over MPI here."""
+    if (variant, controller) in SKIPPED_RUNS:
+        pytest.skip(SKIPPED_RUNS[variant, controller])
     name = f"{variant}-{controller}"
     command = ["horovodrun", "-np", "4", "-H", "a:2,b:2", "-p", "12345", "python",
                "horovod_train/pytorch_mnist.py", "--data-dir", "/data", "--no-download",
