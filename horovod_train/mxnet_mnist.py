@@ -26,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse_args(argv: list[str]) -> RunConfig:
     parser = build_parser()
-    return options.finish(parser, parser.parse_args(argv))
+    return options.finish(parser, parser.parse_args(argv), "mxnet")
 
 
 def main() -> int:

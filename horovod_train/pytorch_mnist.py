@@ -75,7 +75,7 @@ def parse_args(argv: list[str]) -> RunConfig:
     args = parser.parse_args(argv)
     if args.data_pipeline is None:  # elastic runs refuse the loader
         args.data_pipeline = "loader" if args.benchmark_steps and not args.elastic else "memory"
-    return options.finish(parser, args, MNIST_MODELS)
+    return options.finish(parser, args, "pytorch", MNIST_MODELS)
 
 
 def main() -> int:

@@ -100,6 +100,17 @@ class Benchmark:
 
 
 @dataclass(frozen=True)
+class Placement:
+    """Where the ranks run, known once Horovod has started: the options that
+    depend on it are checked then, by validate() with a placement."""
+
+    controller: str
+    """mpi or gloo."""
+    on_gpu: bool
+    """The ranks train on GPUs."""
+
+
+@dataclass(frozen=True)
 class RunConfig:
     """Every option of a run, by section. The PyTorch trainer's own (torch,
     benchmark) are None in the other trainers' runs."""
@@ -151,19 +162,36 @@ REFUSED_BY = {
 }
 
 
-def validate(config: RunConfig, mnist_models: tuple[str, ...] = ()) -> str | None:
+def validate(config: RunConfig, framework: str, mnist_models: tuple[str, ...] = (),
+             placement: Placement | None = None) -> str | None:
     """The first problem of the config's options taken together, as one
     phrase, or None: every clash between options is checked here, and
-    nowhere else. `mnist_models` are the networks that take MNIST (the
-    others take synthetic images only)."""
-    torch, bench = config.torch, config.benchmark
-    if torch is None:
+    nowhere else. `framework` is the trainer's (pytorch, tensorflow, mxnet);
+    `mnist_models` are the networks that take MNIST (the others take
+    synthetic images only). The trainer checks once as it parses, and again
+    with the placement once Horovod has started."""
+    horovod, torch, bench = config.horovod, config.torch, config.benchmark
+    if horovod.use_adasum and framework == "mxnet":
+        return ("--use-adasum: Horovod's MXNet DistributedTrainer has no Adasum "
+                "(use the PyTorch or TensorFlow trainer)")
+    if torch is not None:
+        for mode, on in (("--elastic", torch.elastic),
+                         ("--benchmark-steps", bench.steps is not None)):
+            given = [option for option in REFUSED_BY[mode] if on and GIVEN[option](config)]
+            if given:
+                return f"{mode} does not combine with {', '.join(given)}"
+        problem = input_problem(torch.model, bench.synthetic, bench.steps is not None,
+                                mnist_models)
+        if problem:
+            return problem
+    if placement is None:
         return None
-    for mode, on in (("--elastic", torch.elastic), ("--benchmark-steps", bench.steps is not None)):
-        given = [option for option in REFUSED_BY[mode] if on and GIVEN[option](config)]
-        if given:
-            return f"{mode} does not combine with {', '.join(given)}"
-    return input_problem(torch.model, bench.synthetic, bench.steps is not None, mnist_models)
+    if horovod.use_adasum and placement.controller != "mpi":
+        return ("--use-adasum needs the MPI controller (horovodrun --mpi): "
+                f"Horovod implements Adasum over MPI only ({framework})")
+    if torch is not None and torch.sync_bn and not placement.on_gpu:
+        return "--sync-bn needs GPUs: Horovod's SyncBatchNorm works on CUDA tensors only"
+    return None
 
 
 def input_problem(model: str, synthetic: bool, benchmarking: bool,

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from horovod_train.core import mnist, outputs, sharding
-from horovod_train.core.config import RunConfig
+from horovod_train.core.config import Placement, RunConfig, validate
 from horovod_train.core.errors import RunFailed, UserError
 from horovod_train.core.runtime import Runtime
 
@@ -105,10 +105,13 @@ def resume_on_root(hvd, rt: Runtime, restore) -> int:
     return hvd.broadcast_object(epochs_done, root_rank=0, name="epochs_done")
 
 
-def check_controller(use_adasum: bool, controller: str, framework: str) -> None:
-    if use_adasum and controller != "mpi":
-        raise UserError("--use-adasum needs the MPI controller (horovodrun --mpi): "
-                        f"Horovod implements Adasum over MPI only ({framework})")
+def check_placement(config: RunConfig, framework: str, rt: Runtime, on_gpu: bool,
+                    mnist_models: tuple[str, ...] = ()) -> None:
+    """config.validate again, now that the controller and the device are
+    known; every rank finds the same, so each stops with the same line."""
+    problem = validate(config, framework, mnist_models, Placement(rt.controller, on_gpu))
+    if problem:
+        raise UserError(problem)
 
 
 def digest(named_arrays: Iterable[tuple[str, np.ndarray]]) -> str:

@@ -151,7 +151,7 @@ def base_parser(prog: str, description: str) -> argparse.ArgumentParser:
     return parser
 
 
-def finish(parser: argparse.ArgumentParser, args: argparse.Namespace,
+def finish(parser: argparse.ArgumentParser, args: argparse.Namespace, framework: str,
            mnist_models: tuple[str, ...] = ()) -> RunConfig:
     """The run configuration of parsed options, with the defaults that
     depend on other options, checked as a whole (config.validate): a clash
@@ -174,7 +174,7 @@ def finish(parser: argparse.ArgumentParser, args: argparse.Namespace,
     elif values:
         raise TypeError(f"options without a section: {', '.join(sorted(values))}")
     run_config = RunConfig(**sections)
-    problem = config.validate(run_config, mnist_models)
+    problem = config.validate(run_config, framework, mnist_models)
     if problem:
         parser.error(problem)
     if check_only:

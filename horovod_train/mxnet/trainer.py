@@ -24,7 +24,6 @@ from horovod_train.core import (
     sharding,
 )
 from horovod_train.core.config import RunConfig
-from horovod_train.core.errors import UserError
 from horovod_train.core.lr_schedule import lr_scale
 
 MODEL_NAME = "mnist_cnn"
@@ -175,9 +174,7 @@ def run(config: RunConfig) -> dict:
     np.random.seed(config.schedule.seed)
     rt = runtime.describe(hvd, f"gpu:{context.device_id}" if use_gpu else "cpu",
                               int(os.environ.get("OMP_NUM_THREADS", "0")))
-    if config.horovod.use_adasum:
-        raise UserError("--use-adasum: Horovod's MXNet DistributedTrainer has no Adasum "
-                        "(use the PyTorch or TensorFlow trainer)")
+    distributed.check_placement(config, "mxnet", rt, use_gpu)
     train, test = distributed.prepare_run(hvd, rt, config)
     trainer = MXNetTrainer(config, rt, context, train, test)
     resume = config.outputs.resume

@@ -24,7 +24,7 @@ from horovod_train.core import (
 from horovod_train.core.config import RunConfig
 from horovod_train.core.errors import UserError
 from horovod_train.torch import allocator, checkpoint, dataloader, device_data, gpu
-from horovod_train.torch.models import build_model, convert_sync_batchnorm
+from horovod_train.torch.models import MNIST_MODELS, build_model, convert_sync_batchnorm
 
 # This process's NCCL debug output (GPU runs): set up before hvd.init(), read
 # after NCCL's first collective (nccl_transport).
@@ -234,9 +234,7 @@ def run(config: RunConfig) -> dict:
     rt, device = init(use_cuda=not config.device.no_cuda, threads=config.device.threads,
                       seed=schedule.seed)
     on_cuda = device.type == "cuda"
-    distributed.check_controller(horovod.use_adasum, rt.controller, "pytorch")
-    if options.sync_bn and not on_cuda:
-        raise UserError("--sync-bn needs GPUs: Horovod's SyncBatchNorm works on CUDA tensors only")
+    distributed.check_placement(config, "pytorch", rt, on_cuda, MNIST_MODELS)
     train_split, test_split = distributed.prepare_run(hvd, rt, config)
 
     model = build_model(options.model, options.memory_format)

@@ -137,7 +137,7 @@ def config_of(tmp_path, *argv: str) -> RunConfig:
     parser = options.base_parser("loop", "the loop's rules")
     argv = ["--log-dir", str(tmp_path / "run"), "--batch-size", "24", "--lr", "0.05",
             "--no-progress", *argv]
-    return options.finish(parser, parser.parse_args(argv))
+    return options.finish(parser, parser.parse_args(argv), "numpy")
 
 
 def fit(trainer: SoftmaxTrainer, epochs_done: int = 0) -> dict:

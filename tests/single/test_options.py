@@ -7,7 +7,7 @@ import pytest
 
 from horovod_train import mxnet_mnist, pytorch_mnist, tensorflow2_mnist
 from horovod_train.core import runtime
-from horovod_train.core.config import RunConfig, validate
+from horovod_train.core.config import Placement, RunConfig, validate
 from horovod_train.torch.models import MNIST_MODELS
 
 
@@ -91,4 +91,31 @@ def test_every_clash_between_options_is_one_line_and_exit_2(argv, message, capsy
     ["--preset", "fast-mnist"],
 ])
 def test_options_that_go_together_pass(argv):
-    assert validate(pytorch_mnist.parse_args(argv), MNIST_MODELS) is None
+    assert validate(pytorch_mnist.parse_args(argv), "pytorch", MNIST_MODELS) is None
+
+
+def test_mxnet_refuses_adasum_as_it_parses(capsys):
+    with pytest.raises(SystemExit) as ended:
+        mxnet_mnist.parse_args(["--use-adasum"])
+    assert ended.value.code == 2
+    assert "Horovod's MXNet DistributedTrainer has no Adasum" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("entry, framework, argv, placement, message", [
+    (pytorch_mnist, "pytorch", ["--use-adasum"], Placement("gloo", on_gpu=False),
+     "--use-adasum needs the MPI controller (horovodrun --mpi): Horovod implements Adasum "
+     "over MPI only (pytorch)"),
+    (tensorflow2_mnist, "tensorflow", ["--use-adasum"], Placement("gloo", on_gpu=True),
+     "--use-adasum needs the MPI controller (horovodrun --mpi): Horovod implements Adasum "
+     "over MPI only (tensorflow)"),
+    (pytorch_mnist, "pytorch", ["--sync-bn"], Placement("mpi", on_gpu=False),
+     "--sync-bn needs GPUs: Horovod's SyncBatchNorm works on CUDA tensors only"),
+    (pytorch_mnist, "pytorch", ["--use-adasum", "--sync-bn"], Placement("mpi", on_gpu=True),
+     None),
+])
+def test_options_that_depend_on_where_the_ranks_run_are_checked_with_the_placement(
+        entry, framework, argv, placement, message):
+    """The same validate, once Horovod has started: the controller and the
+    device are known then, not as the options are parsed."""
+    config = entry.parse_args(argv)
+    assert validate(config, framework, MNIST_MODELS, placement) == message
