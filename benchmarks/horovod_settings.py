@@ -7,7 +7,15 @@ figure is the median of a variant's runs.
 
 The command; its code is horovod_train/bench/horovod_settings.py."""
 
-from horovod_train.bench.horovod_settings import cli
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):
+    # Run as a file: import the package from this checkout (installed or
+    # not), not from this directory.
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+
+from horovod_train.bench.horovod_settings import cli  # noqa: E402
 
 if __name__ == "__main__":
     cli()

@@ -6,7 +6,15 @@ on the machine slows both alike; each figure is the median of its turns.
 
 The command; its code is horovod_train/bench/memory_format_speed.py."""
 
-from horovod_train.bench.memory_format_speed import cli
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):
+    # Run as a file: import the package from this checkout (installed or
+    # not), not from this directory.
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+
+from horovod_train.bench.memory_format_speed import cli  # noqa: E402
 
 if __name__ == "__main__":
     cli()

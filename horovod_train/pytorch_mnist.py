@@ -95,7 +95,7 @@ def main() -> int:
 
 
 def cli() -> None:
-    """The console entry point (pyproject.toml)."""
+    """The command's entry: run as a file, the command users type."""
     run_main(main)
 
 

@@ -22,7 +22,4 @@ fi
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 hosts_file="${ELASTIC_HOSTS_FILE:-$repo/hostfiles/elastic}"
-# The interpreter horovodrun runs under has the package's dependencies.
-python="${PYTHON:-python3}"
-cd "$repo"
-exec "$python" -m horovod_train.launch.host_discovery "$hosts_file"
+exec "$repo/scripts/python.sh" -m horovod_train.launch.host_discovery "$hosts_file"

@@ -2,6 +2,6 @@
 # Emulated cluster on one machine: hosts a and b as network namespaces with
 # their own hostname, /etc/hosts and sshd on port 12345 (key-only).
 #   scripts/emulate_cluster.sh up | exec HOST -- CMD... | status | down
-# Needs root. The logic lives in emulate_cluster.py; see --help.
+# Needs root. Logic in horovod_train/emulation/cluster.py; see --help.
 set -euo pipefail
-exec python3 "$(dirname "$0")/emulate_cluster.py" "$@"
+exec "$(dirname "$0")/python.sh" -m horovod_train.emulation.cluster "$@"

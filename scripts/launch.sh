@@ -5,11 +5,4 @@
 # -hostfile, in OpenMPI's format, reaches it as -H); see --help. Logic in
 # horovod_train/launch/horovodrun.py and hosts.py.
 set -euo pipefail
-repo="$(cd "$(dirname "$0")/.." && pwd)"
-# The project's environment when there is one (a checkout after setup.sh),
-# else the python on PATH (the image's).
-python="${PYTHON:-python3}"
-if [[ -z "${PYTHON:-}" && -x "$repo/.venv/bin/python" ]]; then
-  python="$repo/.venv/bin/python"
-fi
-exec "$python" "$repo/horovod_train/launch/horovodrun.py" "$@"
+exec "$(dirname "$0")/python.sh" -m horovod_train.launch.horovodrun "$@"

@@ -566,3 +566,7 @@ def main() -> int:
 def cli() -> None:
     """The command's entry (benchmarks/allreduce_bench.py)."""
     run_main(main, prog=PROG)
+
+
+if __name__ == "__main__":
+    cli()

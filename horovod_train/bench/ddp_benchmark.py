@@ -123,3 +123,7 @@ def main() -> int:
 def cli() -> None:
     """The command's entry (benchmarks/ddp_benchmark.py)."""
     run_main(main)
+
+
+if __name__ == "__main__":
+    cli()

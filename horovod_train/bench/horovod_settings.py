@@ -158,3 +158,7 @@ def main() -> int:
 def cli() -> None:
     """The command's entry (benchmarks/horovod_settings.py)."""
     run_main(main, prog=PROG)
+
+
+if __name__ == "__main__":
+    cli()

@@ -506,5 +506,9 @@ def main(argv: list[str]) -> int:
 
 
 def cli() -> None:
-    """The command's entry (benchmarks/matrix.py)."""
+    """The command's entry (benchmarks/run_matrix.sh runs this module)."""
     run_main(lambda: main(sys.argv[1:]), prog="run_matrix")
+
+
+if __name__ == "__main__":
+    cli()

@@ -105,3 +105,7 @@ def main() -> int:
 def cli() -> None:
     """The command's entry (benchmarks/memory_format_speed.py)."""
     run_main(main, prog=PROG)
+
+
+if __name__ == "__main__":
+    cli()

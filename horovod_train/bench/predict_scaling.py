@@ -378,3 +378,7 @@ def main(argv: list[str]) -> int:
 def cli() -> None:
     """The command's entry (benchmarks/predict_scaling.py)."""
     run_main(lambda: main(sys.argv[1:]), prog=PROG)
+
+
+if __name__ == "__main__":
+    cli()

@@ -209,3 +209,7 @@ def main() -> int:
 def cli() -> None:
     """The command's entry (benchmarks/time_to_accuracy.py)."""
     run_main(main)
+
+
+if __name__ == "__main__":
+    cli()

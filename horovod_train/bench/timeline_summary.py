@@ -117,3 +117,7 @@ def main() -> int:
 def cli() -> None:
     """The command's entry (benchmarks/timeline_summary.py)."""
     run_main(main, prog=PROG)
+
+
+if __name__ == "__main__":
+    cli()

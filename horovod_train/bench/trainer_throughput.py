@@ -110,3 +110,7 @@ def main() -> int:
 def cli() -> None:
     """The command's entry (benchmarks/trainer_throughput.py)."""
     run_main(main)
+
+
+if __name__ == "__main__":
+    cli()

@@ -282,5 +282,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def cli() -> None:
-    """The command's entry (horovod_train/mnist.py, and the console script)."""
+    """The command's entry (python -m horovod_train.mnist)."""
     run_main(lambda: main(sys.argv[1:]))

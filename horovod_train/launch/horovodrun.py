@@ -34,13 +34,8 @@ import shutil
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):
-    # Run as a file: import the package from the checkout, not from this
-    # directory (whose module names would shadow installed packages).
-    sys.path[0] = str(Path(__file__).resolve().parents[2])
-
-from horovod_train.core.errors import UserError, run_main  # noqa: E402
-from horovod_train.launch import hosts  # noqa: E402
+from horovod_train.core.errors import UserError, run_main
+from horovod_train.launch import hosts
 
 
 def _usage_error(parser: argparse.ArgumentParser, message: str):
@@ -159,7 +154,7 @@ def main(argv: list[str]) -> int:
 
 
 def cli() -> None:
-    """The console entry point (pyproject.toml)."""
+    """The command's entry (python -m, through scripts/python.sh)."""
     run_main(lambda: main(sys.argv[1:]), prog="launch")
 
 

@@ -29,7 +29,7 @@ def main(argv: list[str]) -> int:
 
 
 def cli() -> None:
-    """The console entry point (pyproject.toml)."""
+    """The command's entry (python -m, through scripts/python.sh)."""
     run_main(lambda: main(sys.argv[1:]), prog="discover_hosts")
 
 

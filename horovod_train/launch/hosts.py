@@ -367,7 +367,7 @@ def main(argv: list[str]) -> int:
 
 
 def cli() -> None:
-    """The console entry point (pyproject.toml)."""
+    """The command's entry (python -m, as the matrix runs it on a host)."""
     run_main(lambda: main(sys.argv[1:]), prog="hosts")
 
 

@@ -1,8 +1,8 @@
 """Horovod on a Slurm allocation. scripts/slurm/horovod.sbatch runs this in
-the batch step, and so do the jobs of scripts/slurm/submit.py: one recipe for
+the batch step, and so do the jobs of scripts/slurm/submit.sh: one recipe for
 both.
 
-    python horovod_train/launch/slurm.py run [-- TRAINER OPTIONS...]
+    scripts/python.sh -m horovod_train.launch.slurm run [-- TRAINER OPTIONS...]
 
 By default every rank is a task of the job, started by srun, and Horovod
 starts over MPI through Slurm's PMIx: Slurm tracks, binds, accounts for and
@@ -74,13 +74,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-if __package__ in (None, ""):
-    # Run as a file (the batch script does): import the package from the checkout.
-    sys.path[0] = str(Path(__file__).resolve().parents[2])
-
-from horovod_train.core.errors import ArgumentParser, RunFailed, UserError, run_main  # noqa: E402
-from horovod_train.launch import network  # noqa: E402
-from horovod_train.launch.hosts import Host, SshTarget, host_list, probe_ssh_port, total_slots  # noqa: E402
+from horovod_train.core.errors import ArgumentParser, RunFailed, UserError, run_main
+from horovod_train.launch import network
+from horovod_train.launch.hosts import Host, SshTarget, host_list, probe_ssh_port, total_slots
 
 LAUNCHERS = ("srun", "horovodrun")
 RUNTIMES = ("venv", "apptainer", "pyxis")
@@ -617,7 +613,7 @@ def main() -> int:
 
 
 def cli() -> None:
-    """The console entry point (pyproject.toml)."""
+    """The command's entry (python -m, through scripts/python.sh)."""
     run_main(main, prog="slurm")
 
 

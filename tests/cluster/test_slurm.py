@@ -24,7 +24,7 @@ from horovod_train.launch import slurm
 from horovod_train.launch.hosts import Host
 
 SBATCH_SCRIPT = REPO / "scripts" / "slurm" / "horovod.sbatch"
-SUBMIT = REPO / "scripts" / "slurm" / "submit.py"
+SUBMIT = REPO / "scripts" / "slurm" / "submit.sh"
 LOCAL_CLUSTER = REPO / "scripts" / "slurm" / "local_cluster.sh"
 SLURM_STATE = Path(os.environ.get("SLURM_STATE_DIR", "/run/horovod-train-slurm"))
 JOB_TIMEOUT_S = 300
@@ -282,7 +282,7 @@ def test_a_layer_the_user_set_keeps_its_own_interface():
         "HOROVOD_GLOO_IFACE": "eth0", "OMPI_MCA_oob_tcp_if_include": "eth0"}
 
 
-# --- the batch script and submit.py, without Slurm --------------------------------
+# --- the batch script and submit.sh, without Slurm --------------------------------
 
 def batch_script(env: dict, *args: str) -> subprocess.CompletedProcess:
     """The batch script as the batch step runs it: bash, in the checkout."""
@@ -349,14 +349,14 @@ def test_batch_script_dry_run_prints_the_container_commands(keys, launcher):
 
 
 def test_submit_help_and_bad_settings_before_submitting():
-    result = subprocess.run([str(BIN / "python"), str(SUBMIT), "--help"], capture_output=True,
+    result = subprocess.run([str(SUBMIT), "--help"], capture_output=True,
                             text=True, timeout=60)
     assert result.returncode == 0
     for option in ("--nodes", "--tasks-per-node", "--gpus-per-node", "--partition", "--time",
                    "--no-wait", "--resume", "--launcher", "--network-interface", "--num-proc",
                    "--runtime", "--image"):
         assert option in result.stdout, option
-    bad = subprocess.run([str(BIN / "python"), str(SUBMIT), "--runtime", "pyxis"],
+    bad = subprocess.run([str(SUBMIT), "--runtime", "pyxis"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2
     assert bad.stderr.strip() == ("submit: error: HOROVOD_RUNTIME=pyxis needs HOROVOD_IMAGE, "
@@ -663,14 +663,14 @@ def test_a_job_with_bad_input_ends_in_one_line_before_any_rank_starts(
 @pytest.mark.cluster
 def test_submitit_job_trains_and_resumes_after_its_pre_timeout_signal(
         local_slurm, decoy_cluster, mnist_dir, tmp_path):
-    """submit.py's job across both nodes, submit.py waiting for it; its
+    """submit.sh's job across both nodes, submit.sh waiting for it; its
     pre-timeout signal (sent here after epoch 1, with scancel): Submitit
     calls HorovodJob.checkpoint(), which adds --resume, and requeues the
     job (scontrol requeue, as a preemption does), whose ranks, Slurm tasks
     again, resume and end COMPLETED."""
     run = tmp_path / "run"
     submitting = subprocess.Popen(
-        [str(BIN / "python"), str(SUBMIT), "--nodes", "2", "--tasks-per-node", "2",
+        [str(SUBMIT), "--nodes", "2", "--tasks-per-node", "2",
          "--time", "10", "--folder", str(tmp_path / "submitit"), "--",
          *trainer(mnist_dir, run, 3)],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

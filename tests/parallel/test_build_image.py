@@ -3,16 +3,12 @@ the images (and their step images) that it supersedes, and nothing that is
 tagged or shared with the new build. Real podman, tiny images on the local
 Debian base that scripts/build_image.sh makes."""
 
-import importlib.util
 import shutil
 import subprocess
 
 import pytest
-from conftest import REPO
 
-spec = importlib.util.spec_from_file_location("build_image", REPO / "scripts" / "build_image.py")
-build_image = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(build_image)
+from horovod_train.image import build as build_image
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 scripts/emulate_cluster.sh: the controller `ctl` on the hosts' bridge, one
 slurmd inside each host, munge for authentication, and accounting (slurmdbd
 over a MariaDB server of its own), so that sacct lists jobs and their steps.
-For trying scripts/slurm/horovod.sbatch and submit.py, and for
+For trying scripts/slurm/horovod.sbatch and submit.sh, and for
 tests/cluster/test_slurm.py.
 
 Run it through scripts/slurm/local_cluster.sh (needs root, Debian's
@@ -48,11 +48,8 @@ import sys
 import time
 from pathlib import Path
 
-SCRIPTS = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(SCRIPTS))
-import emulate_cluster  # noqa: E402  (which puts the checkout's package on the path)
-
-from horovod_train.core.errors import ArgumentParser, RunFailed, UserError, run_main  # noqa: E402
+from horovod_train.core.errors import ArgumentParser, RunFailed, UserError, run_main
+from horovod_train.emulation import cluster as emulated_hosts
 
 STATE_DIR = Path(os.environ.get("SLURM_STATE_DIR", "/run/horovod-train-slurm"))
 PARTITION = "hvt"
@@ -87,7 +84,7 @@ def slurm_conf(state: Path, layout: dict) -> str:
     nodes = "".join(f"NodeName={host} NodeAddr={address} CPUs={CPUS_PER_NODE} State=UNKNOWN\n"
                     for host, address in layout["hosts"].items())
     return f"""\
-# Written by scripts/slurm/local_cluster.py; removed by `down`.
+# Written by scripts/slurm/local_cluster.sh; removed by `down`.
 ClusterName=hvt
 SlurmctldHost={CONTROLLER}({layout['bridge_address']})
 SlurmctldPort={SLURMCTLD_PORT}
@@ -146,7 +143,7 @@ SlurmdDebug=info
 
 def slurmdbd_conf(state: Path, layout: dict) -> str:
     return f"""\
-# Written by scripts/slurm/local_cluster.py; removed by `down`.
+# Written by scripts/slurm/local_cluster.sh; removed by `down`.
 AuthType=auth/munge
 AuthInfo=socket={state}/munge/munge.socket
 DbdHost={CONTROLLER}
@@ -255,7 +252,7 @@ def up(state: Path, emulate_state: Path) -> dict:
     if missing:
         raise UserError(f"{', '.join(missing)} not found: "
                         f"apt-get install -y {' '.join(PACKAGES)}")
-    layout = emulate_cluster.load_layout(emulate_state)
+    layout = emulated_hosts.load_layout(emulate_state)
     if layout.get("image"):
         raise UserError("the emulated hosts are image containers; "
                         "bring up plain hosts (scripts/emulate_cluster.sh up)")
@@ -301,7 +298,7 @@ def start(state: Path, emulate_state: Path, layout: dict) -> dict:
         scratch = state / "tmp" / host
         scratch.mkdir(parents=True, mode=0o1777)
         # slurmd runs in the host's own mount namespace: the bind is its alone.
-        sh(*emulate_cluster.enter_command(host, emulate_state, [
+        sh(*emulated_hosts.enter_command(host, emulate_state, [
             "sh", "-c", f"mount --bind {scratch} {state / 'node-tmp'} && exec \"$@\"", "sh",
             "slurmd", "-N", host, "-f", str(state / "slurm.conf")]))
     wait_for_idle_nodes(state, list(layout["hosts"]))
@@ -408,7 +405,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("command", choices=["up", "env", "status", "down"])
     args = parser.parse_args(argv)
     if args.command == "up":
-        info = up(STATE_DIR, emulate_cluster.STATE_DIR)
+        info = up(STATE_DIR, emulated_hosts.STATE_DIR)
         print(f"local_cluster: up: nodes {','.join(info['nodes'])} idle in partition "
               f"{info['partition']}, controller {info['controller']}; use Slurm with: "
               f"export SLURM_CONF={info['slurm_conf']}")
@@ -423,5 +420,9 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-if __name__ == "__main__":
+def cli() -> None:
     run_main(lambda: main(sys.argv[1:]), prog="local_cluster")
+
+
+if __name__ == "__main__":
+    cli()

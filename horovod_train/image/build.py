@@ -21,6 +21,7 @@ unchanged, and the two variants share every layer up to PyTorch's stack.
 
 import argparse
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -31,14 +32,24 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from horovod_train.core.errors import ArgumentParser, RunFailed, UserError, run_main
+
+REPO = Path(__file__).resolve().parents[2]  # the checkout
 CONTEXT = REPO / "docker"  # the build context, as in `docker build docker/`
 APP_DOCKERFILE = CONTEXT / "app.Dockerfile"  # its context: the repository root
-sys.path.insert(0, str(CONTEXT / "env"))
-sys.path.insert(0, str(REPO))  # the checkout's package, for its errors
-import build_horovod  # noqa: E402  (the recipe's: its wheel cache, the lock, the sdist)
 
-from horovod_train.core.errors import ArgumentParser, RunFailed, UserError, run_main  # noqa: E402
+
+def load_recipe_module(path: Path):
+    """A module of the environment recipe (docker/env), which the image's
+    build runs as a file: loaded from its path, not from the package."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# The recipe's wheel cache, lock and sdist: one source for the host and the image.
+build_horovod = load_recipe_module(CONTEXT / "env" / "build_horovod.py")
 
 CONSTRAINTS = build_horovod.LOCK
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "horovod-train"
@@ -286,5 +297,9 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-if __name__ == "__main__":
+def cli() -> None:
     run_main(lambda: main(sys.argv[1:]), prog="build_image")
+
+
+if __name__ == "__main__":
+    cli()

@@ -23,13 +23,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):
-    # Run as a file: import the package from the checkout (under a bare
-    # python3 too: hosts and errors need the standard library only).
-    sys.path[0] = str(Path(__file__).resolve().parent.parent)
-
-from horovod_train.core.errors import ArgumentParser, RunFailed, UserError, run_main  # noqa: E402
-from horovod_train.launch.hosts import (  # noqa: E402
+# The standard library only, here and in what it imports: it runs under a
+# bare python3 too.
+from horovod_train.core.errors import ArgumentParser, RunFailed, UserError, run_main
+from horovod_train.launch.hosts import (
     SSH_TIMEOUT_S,
     Failed,
     Host,
@@ -159,5 +156,9 @@ def main(argv: list[str]) -> int:
             subprocess.run(stop, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-if __name__ == "__main__":
+def cli() -> None:
     run_main(lambda: main(sys.argv[1:]), prog="launch_cluster")
+
+
+if __name__ == "__main__":
+    cli()

@@ -44,11 +44,10 @@ import sys
 import time
 from pathlib import Path
 
-SCRIPTS = Path(__file__).resolve().parent
-sys.path.insert(0, str(SCRIPTS.parent))  # the checkout's package, for its errors
-from horovod_train.core.errors import ArgumentParser, RunFailed, UserError, run_main  # noqa: E402
+from horovod_train.core.errors import ArgumentParser, RunFailed, UserError, run_main
 
-SSHD_CONFIG = SCRIPTS.parent / "docker" / "sshd_config"
+REPO = Path(__file__).resolve().parents[2]  # the checkout
+SSHD_CONFIG = REPO / "docker" / "sshd_config"
 STATE_DIR = Path(os.environ.get("EMULATE_STATE_DIR", "/run/horovod-train-cluster"))
 BRIDGE = "hvtbr0"
 NETNS_PREFIX = "hvt-"
@@ -138,7 +137,7 @@ def up(hosts: list[str], subnet: str, port: int, state: Path, image: str | None 
     (state / "cluster.json").write_text(json.dumps(layout, indent=2) + "\n")
 
     keys = state / "keys"
-    sh(str(SCRIPTS / "cluster_keys.sh"), str(keys))
+    sh(str(REPO / "scripts" / "cluster_keys.sh"), str(keys))
     sh("ip", "link", "add", BRIDGE, "type", "bridge")
     sh("ip", "addr", "add", f"{subnet}.1/24", "dev", BRIDGE)
     sh("ip", "link", "set", BRIDGE, "up")
@@ -461,5 +460,9 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-if __name__ == "__main__":
+def cli() -> None:
     run_main(lambda: main(sys.argv[1:]), prog="emulate_cluster")
+
+
+if __name__ == "__main__":
+    cli()

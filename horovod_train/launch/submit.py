@@ -1,10 +1,9 @@
-#!/usr/bin/env python3
 """Submit Horovod training to Slurm from Python, with Submitit: the same job
 as scripts/slurm/horovod.sbatch (horovod_train/launch/slurm.py checks the
 trainer's options, chooses the network and starts a rank in every task of the
 job with srun), plus requeue-and-resume.
 
-    scripts/slurm/submit.py --nodes 2 --tasks-per-node 2 --time 60 -- \\
+    scripts/slurm/submit.sh --nodes 2 --tasks-per-node 2 --time 60 -- \\
         --epochs 3 --data-dir data --no-progress
 
 Options before `--` shape the job; what follows `--` goes to the trainer.
@@ -38,7 +37,7 @@ except ImportError:  # said in one line by main()
 from horovod_train.core.errors import ArgumentParser, RunFailed, UserError, run_main
 from horovod_train.launch import slurm
 
-REPO = Path(__file__).resolve().parent.parent.parent
+REPO = Path(__file__).resolve().parents[2]  # the checkout
 
 # Slurm states after which the job will not run again (requeued jobs pass
 # through PENDING and REQUEUED instead).
@@ -140,7 +139,7 @@ def positive(text: str) -> int:
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    parser = ArgumentParser(prog="submit.py", description=__doc__,
+    parser = ArgumentParser(prog="submit.sh", description=__doc__,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     job = parser.add_argument_group("the job")
     job.add_argument("--nodes", type=positive, default=2)
@@ -210,5 +209,9 @@ def main() -> int:
     return wait(job, log)
 
 
-if __name__ == "__main__":
+def cli() -> None:
     run_main(main, prog="submit")
+
+
+if __name__ == "__main__":
+    cli()
