@@ -14,7 +14,7 @@ from tensorboard.summary.writer.record_writer import RecordWriter
 
 from horovod_train.core.atomic import atomic_write_bytes
 from horovod_train.core.console import say
-from horovod_train.core.errors import UserError
+from horovod_train.core.errors import RunFailed, UserError
 
 METRICS_NAME = "metrics.jsonl"
 SUMMARY_NAME = "summary.json"
@@ -185,12 +185,12 @@ def build_summary(framework: str, model: str, runtime, ranks: list[dict], test_m
 
 def finish_run(runtime, log_dir, summary: dict) -> dict:
     """Rank 0 writes and prints the summary; every rank fails if the ranks
-    ended with different weights."""
+    ended with different weights: a failed run (exit 1), not bad input."""
     if runtime.is_root:
         write_summary(log_dir, summary)
         say(format_summary(summary))
     if not summary["weights_identical"]:
-        raise UserError("ranks ended with different weights: "
+        raise RunFailed("ranks ended with different weights: "
                         + ", ".join(sorted(set(summary["rank_digests"]))))
     return summary
 

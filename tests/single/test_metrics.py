@@ -8,7 +8,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from horovod_train.core import metrics
-from horovod_train.core.errors import UserError
+from horovod_train.core.errors import RunFailed, UserError
 from horovod_train.pytorch_mnist import parse_args
 
 
@@ -116,7 +116,7 @@ def test_ranks_with_different_weights_fail_the_run(tmp_path):
                                     {"test_loss": 0.1, "test_accuracy": 0.9}, 3, 0, 5.0,
                                     CONFIG)
     assert summary["weights_identical"] is False
-    with pytest.raises(UserError, match="ranks ended with different weights"):
+    with pytest.raises(RunFailed, match="ranks ended with different weights"):
         metrics.finish_run(RT, tmp_path, summary)
     assert json.loads((tmp_path / "summary.json").read_text())["weights_identical"] is False
 
