@@ -38,6 +38,7 @@ from horovod_train.launch.hosts import (
     total_slots,
 )
 
+REPO = Path(__file__).resolve().parents[2]  # the checkout
 CONTAINER = "horovod-train"
 RDMA_DEVICES = "/dev/infiniband"
 # The host's RDMA devices; IPC_LOCK and no locked-memory limit, so that the
@@ -106,7 +107,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--image", default="horovod-train")
     parser.add_argument("--keys", required=True, help="cluster key directory on every host")
     parser.add_argument("--data", help="data directory on every host, mounted at /data")
-    parser.add_argument("--workspace", default=str(Path(__file__).resolve().parent.parent),
+    parser.add_argument("--workspace", default=str(REPO),
                         help="the checkout on every host, mounted at /workspace "
                              "(default: this checkout's path), or none for an image that "
                              "carries the code (horovod-train-app)")
