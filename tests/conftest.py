@@ -37,11 +37,27 @@ KINDS = ("single", "parallel", "cluster")
 
 
 def pytest_collection_modifyitems(items):
-    """Each test is marked with its folder's kind."""
+    """Each test is marked with its folder's kind. The tests on emulated
+    hosts run grouped by the hosts they need (plain, with decoy interfaces,
+    containers of an image), each group in its own order: changing kinds
+    rebuilds the hosts."""
     for item in items:
         kind = item.path.parent.name
         if kind in KINDS:
             item.add_marker(kind)
+    items.sort(key=hosts_needed)  # stable: the order within a kind is kept
+
+
+def hosts_needed(item) -> int:
+    """0: plain hosts or none, 1: plain hosts with decoys, 2: an image's."""
+    names = set(item.fixturenames)
+    params = getattr(item, "callspec", None)
+    if names & {"decoy_cluster", "local_slurm"}:
+        return 1
+    if (names & {"image_cluster", "app_image", "variant"}
+            or (params is not None and params.params.get("host_kind") == "image")):
+        return 2
+    return 0
 
 
 def pytest_addoption(parser):

@@ -2,8 +2,8 @@
 of each launcher and runtime, and, against a real Slurm (slurmctld, a
 slurmd in each of the emulated hosts a and b with their decoy interfaces,
 munge, accounting; scripts/slurm/local_cluster.sh), scripts/slurm/horovod.sbatch
-training MNIST with its ranks as Slurm tasks beside horovodrun over ssh, each
-job cancelled and resumed from its checkpoint, every bad input ending the
+training MNIST with its ranks as Slurm tasks (a job cancelled and resumed
+from its checkpoint) beside horovodrun over ssh, every bad input ending the
 job in one line, and a Submitit job requeued by its pre-timeout signal."""
 
 import json
@@ -561,25 +561,44 @@ def resume_to_the_end(local_slurm: LocalSlurm, log_dir: Path, run: Path, mnist_d
     return job_id, log, summary
 
 
+def run_to_the_end(local_slurm: LocalSlurm, log_dir: Path, run: Path, mnist_dir: Path,
+                   **variables: str) -> dict:
+    """A 3-epoch job, uninterrupted: how its ranks on b were started (their
+    parents), its log and summary."""
+    job_id = local_slurm.sbatch(log_dir, trainer(mnist_dir, run, 3), **variables)
+    parents, deadline = set(), time.monotonic() + JOB_TIMEOUT_S
+    while not parents and local_slurm.job(job_id)["JobState"] in ("PENDING", "RUNNING"):
+        assert time.monotonic() < deadline, "no rank on b in time"
+        parents = set(trainer_processes("b").values())
+        time.sleep(0.2)
+    final = local_slurm.wait(job_id, ENDED)
+    log = (log_dir / f"horovod-{job_id}.out").read_text()
+    assert final["JobState"] == "COMPLETED" and final["ExitCode"] == "0:0", log[-3000:]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["size"] == 4 and summary["hosts"] == {"a": 2, "b": 2}
+    assert summary["weights_identical"] is True
+    return {"parents": parents, "log": log, "summary": summary}
+
+
 @pytest.mark.slow
 @pytest.mark.cluster
 def test_srun_ranks_are_slurm_tasks_that_scancel_ends_at_once_and_train_as_well_as_over_ssh(
         local_slurm, decoy_cluster, mnist_dir, tmp_path):
     """Both launchers side by side, on hosts whose decoy interfaces mislead
-    plain Open MPI: a job cancelled in epoch 2, then resumed to the end."""
-    runs = {}
-    for launcher, variables in (("srun", {}), ("horovodrun", OVER_SSH)):
-        run = tmp_path / launcher
-        cancelled = run_until_cancelled(local_slurm, tmp_path, run, mnist_dir, **variables)
-        job_id, log, summary = resume_to_the_end(local_slurm, tmp_path, run, mnist_dir,
-                                                 cancelled["epochs_done"], **variables)
-        runs[launcher] = {**cancelled, "resumed_job": job_id, "log": log, "summary": summary}
-        measured(f"{launcher}: after scancel, the last rank on b gone (s)", cancelled["b_gone_s"])
-        measured(f"{launcher}: after scancel, every rank gone (s)", cancelled["all_gone_s"])
-        measured(f"{launcher}: test accuracy", summary["test_accuracy"])
-        measured(f"{launcher}: trainer wall time (s)", round(summary["wall_time_s"], 1))
+    plain Open MPI: srun's job cancelled in epoch 2, then resumed to the
+    end; horovodrun's over ssh, from the first node, run to the end."""
+    run = tmp_path / "srun"
+    cancelled = run_until_cancelled(local_slurm, tmp_path, run, mnist_dir)
+    job_id, log, summary = resume_to_the_end(local_slurm, tmp_path, run, mnist_dir,
+                                             cancelled["epochs_done"])
+    srun = {**cancelled, "resumed_job": job_id, "log": log, "summary": summary}
+    ssh = run_to_the_end(local_slurm, tmp_path, tmp_path / "horovodrun", mnist_dir, **OVER_SSH)
+    measured("srun: after scancel, the last rank on b gone (s)", cancelled["b_gone_s"])
+    measured("srun: after scancel, every rank gone (s)", cancelled["all_gone_s"])
+    for launcher, done in (("srun", srun), ("horovodrun", ssh)):
+        measured(f"{launcher}: test accuracy", done["summary"]["test_accuracy"])
+        measured(f"{launcher}: trainer wall time (s)", round(done["summary"]["wall_time_s"], 1))
 
-    srun, ssh = runs["srun"], runs["horovodrun"]
     # Slurm started the ranks on b itself (slurmstepd), horovodrun over ssh did not.
     assert srun["parents"] == {"slurmstepd"}, srun["parents"]
     assert "slurmstepd" not in ssh["parents"] and ssh["parents"], ssh["parents"]

@@ -63,6 +63,25 @@ def test_a_run_records_only_its_own_frameworks_options(entry, framework_options)
 
 
 @pytest.mark.parametrize("argv, message", [
+    (["--epochs", "0"], "argument --epochs: 0 must be >= 1"),
+    (["--batch-size", "ten"], "argument --batch-size: 'ten' is not an integer"),
+    (["--lr", "-1"], "argument --lr: -1 must be > 0.0"),
+    (["--model", "resnet"], "argument --model: invalid choice: 'resnet'"),
+    (["--data-pipeline", "disk"], "argument --data-pipeline: invalid choice: 'disk'"),
+    (["--memory-format", "nhwc"], "argument --memory-format: invalid choice: 'nhwc'"),
+    (["--label-smoothing", "1"], "argument --label-smoothing: 1 must be < 1"),
+    (["--frobnicate"], "unrecognized arguments: --frobnicate"),
+])
+def test_a_bad_option_is_one_line_naming_it_and_exit_2(argv, message, capsys):
+    with pytest.raises(SystemExit) as ended:
+        pytorch_mnist.parse_args(argv)
+    assert ended.value.code == 2
+    said = capsys.readouterr().err
+    assert said.startswith("pytorch_mnist.py: error: ") and message in said
+    assert said.count("\n") == 1, said
+
+
+@pytest.mark.parametrize("argv, message", [
     (["--elastic", "--resume", "--sync-bn"], "--elastic does not combine with --resume, --sync-bn"),
     (["--elastic", "--benchmark-steps", "3"], "--elastic does not combine with --benchmark-steps"),
     (["--elastic", "--data-pipeline", "loader"],
