@@ -139,11 +139,10 @@ class RunConfig:
 
 # Options that shape something a kind of run does not have, so that it
 # would ignore them without a word: (the option as the user typed it, whether
-# the config has it). An elastic run's state is what Horovod Elastic commits,
-# not a checkpoint, its ranks change under it (no batch-norm sync,
-# accumulation or DataLoader sized for them) and Horovod's elastic optimizer
-# averages; a benchmark run times plain steps, with no checkpoint, no
-# evaluation and no schedule.
+# the config has it). An elastic run's ranks change under it (no batch-norm
+# sync, accumulation or DataLoader sized for them) and Horovod's elastic
+# optimizer averages; a benchmark run times plain steps, with no checkpoint,
+# no evaluation and no schedule.
 GIVEN = {
     "--resume": lambda c: c.outputs.resume,
     "--use-adasum": lambda c: c.horovod.use_adasum,
@@ -155,7 +154,7 @@ GIVEN = {
     "--benchmark-steps": lambda c: c.benchmark.steps is not None,
 }
 REFUSED_BY = {
-    "--elastic": ("--resume", "--benchmark-steps", "--use-adasum", "--sync-bn",
+    "--elastic": ("--benchmark-steps", "--use-adasum", "--sync-bn",
                   "--backward-passes-per-step", "--data-pipeline loader", "--target-accuracy"),
     "--benchmark-steps": ("--resume", "--use-adasum", "--sync-bn", "--backward-passes-per-step",
                           "--target-accuracy", "--label-smoothing"),

@@ -15,7 +15,12 @@ running job starts here while the others are mid-epoch, so data and model are
 set up locally and the state arrives by broadcast from rank 0 inside
 hvd.elastic.run. Rank 0 appends every commit and reset to
 LOG_DIR/elastic.jsonl, so an operator (and the tests) can see what was lost:
-a reset resumes at the last commit, never earlier."""
+a reset resumes at the last commit, never earlier.
+
+With --resume, the first entry into the loop (every rank together, before
+any commit) loads rank 0's checkpoint, as a run of whole epochs does, and
+commits it: the run goes on after the checkpoint's epochs, and a rank that
+joins later takes that state from the commits like any other."""
 
 import json
 import time
@@ -26,15 +31,17 @@ import torch
 
 from horovod_train.core import (
     console,
+    distributed,
     loop,
     lr_schedule,
+    metrics,
     mnist,
     outputs,
     runtime,
     sharding,
 )
 from horovod_train.core.config import RunConfig
-from horovod_train.torch import device_data
+from horovod_train.torch import checkpoint, device_data
 from horovod_train.torch.models import build_model
 from horovod_train.torch.trainer import (
     TorchTrainer,
@@ -59,6 +66,15 @@ class EventLog:
             f.write(json.dumps(record) + "\n")
         console.say(f"elastic: {event} " + " ".join(f"{k}={v}" for k, v in record.items()
                                                     if k not in ("event", "time")))
+
+
+def commit(state, events: EventLog) -> None:
+    """state.commit(), logged between its two halves: the check for new or
+    lost hosts can interrupt right after the save, and a reset then goes
+    back to this commit, which the log must already hold."""
+    state.save()
+    events.write("commit", epoch=state.epoch, samples_done=state.samples_done)
+    state.check_host_updates()
 
 
 class ElasticTrainer(TorchTrainer):
@@ -107,12 +123,7 @@ class ElasticTrainer(TorchTrainer):
         return sums
 
     def commit(self) -> None:
-        """state.commit(), logged between its two halves: the check for new
-        or lost hosts can interrupt right after the save, and a reset then
-        goes back to this commit, which the log must already hold."""
-        self.state.save()
-        self.events.write("commit", epoch=self.state.epoch, samples_done=self.state.samples_done)
-        self.state.check_host_updates()
+        commit(self.state, self.events)
 
     def end_epoch(self, epoch: int) -> None:
         self.state.epoch, self.state.samples_done = epoch + 1, 0
@@ -134,6 +145,22 @@ class ElasticTrainer(TorchTrainer):
             schedule.epochs, schedule.lr, float(self.size), schedule.warmup_epochs)
 
 
+def resume_from_checkpoint(config: RunConfig, rt: runtime.Runtime, state,
+                           events: EventLog) -> None:
+    """--resume, once: rank 0 restores its checkpoint (every rank learns of
+    a bad one and stops with its line), every rank takes rank 0's weights
+    and optimizer state, and the state commits them at the checkpoint's
+    epoch."""
+    out = config.outputs
+    epochs_done = distributed.resume_on_root(hvd, rt, lambda: checkpoint.resume(
+        out.checkpoint_dir, state.model, state.optimizer, config.torch.model))
+    metrics.note_checkpoint(rt, checkpoint.checkpoint_path(out.checkpoint_dir), True)
+    hvd.broadcast_parameters(state.model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(state.optimizer, root_rank=0)
+    state.epoch, state.samples_done, state.resumed = epochs_done, 0, True
+    commit(state, events)
+
+
 def run(config: RunConfig) -> dict:
     started = time.perf_counter()
     rt, device = init(use_cuda=not config.device.no_cuda, threads=config.device.threads,
@@ -152,7 +179,7 @@ def run(config: RunConfig) -> dict:
     events = EventLog(config.outputs.log_dir)
 
     state = hvd.elastic.TorchState(model=model, optimizer=optimizer, epoch=0, samples_done=0,
-                                   steps=0)
+                                   steps=0, resumed=False)
     # Runs after a lost rank's rollback to the last commit (or after hosts
     # were added at a commit): the position training goes on from.
     state.register_reset_callbacks([lambda: events.write(
@@ -163,6 +190,8 @@ def run(config: RunConfig) -> dict:
         # Entered at the start and again after every reset, with the ranks
         # there are then, from the epoch and position of the last commit.
         rt = runtime.describe(hvd, str(device), threads)
+        if config.outputs.resume and not state.resumed:
+            resume_from_checkpoint(config, rt, state, events)
         trainer = ElasticTrainer(config, state, train_data, test_data, events, rt)
         return loop.fit(config, rt, trainer, state.epoch, started)
 

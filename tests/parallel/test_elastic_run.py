@@ -1,0 +1,51 @@
+"""An elastic run on this machine (horovodrun --min-np/--max-np, the host
+discovery script listing localhost): --resume goes on from the per-epoch
+checkpoint, as a run of whole epochs does. Hosts lost and regained:
+tests/cluster/test_elastic.py."""
+
+import json
+import os
+import subprocess
+
+import pytest
+from conftest import BIN, REPO, TRAINER
+
+pytestmark = pytest.mark.slow
+
+
+def elastic_run(hosts_file, data_dir, log_dir, *trainer_args: str) -> subprocess.CompletedProcess:
+    # Horovod finds the interface hosts share with two hosts at least; on
+    # one, it waits for a second (until --elastic-timeout) unless told.
+    command = [str(BIN / "horovodrun"), "-np", "2", "--min-np", "2", "--max-np", "2",
+               "--network-interface", "lo",
+               "--host-discovery-script", str(REPO / "scripts" / "discover_hosts.sh"),
+               str(BIN / "python"), TRAINER, "--elastic", "--data-dir", str(data_dir),
+               "--no-download", "--no-progress", "--log-dir", str(log_dir), *trainer_args]
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}",
+           "ELASTIC_HOSTS_FILE": str(hosts_file)}
+    return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_elastic_resume_goes_on_from_the_checkpoint(small_mnist_dir, tmp_path):
+    hosts_file, log_dir = tmp_path / "hosts", tmp_path / "run"
+    hosts_file.write_text("localhost slots=2\n")
+    first = elastic_run(hosts_file, small_mnist_dir, log_dir, "--epochs", "2")
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    first_events = len((log_dir / "elastic.jsonl").read_text().splitlines())
+
+    resumed = elastic_run(hosts_file, small_mnist_dir, log_dir, "--epochs", "3", "--resume")
+    output = resumed.stdout + resumed.stderr
+    assert resumed.returncode == 0, output[-3000:]
+    assert "resuming after epoch 2" in output, output[-3000:]
+    summary = json.loads((log_dir / "summary.json").read_text())
+    assert summary["resumed_after_epoch"] == 2 and summary["epochs"] == 3
+    assert summary["weights_identical"] is True
+    epochs = [json.loads(line)["epoch"]
+              for line in (log_dir / "metrics.jsonl").read_text().splitlines()]
+    assert epochs == [1, 2, 3]
+    # The resumed run's first commit is the checkpoint's: epoch 2 done, none of 3.
+    lines = (log_dir / "elastic.jsonl").read_text().splitlines()[first_events:]
+    commits = [json.loads(line) for line in lines if '"commit"' in line]
+    assert (commits[0]["epoch"], commits[0]["samples_done"]) == (2, 0), commits[:3]
+    assert all(c["epoch"] >= 2 for c in commits)
