@@ -45,7 +45,8 @@ def pytest_collection_modifyitems(items):
         kind = item.path.parent.name
         if kind in KINDS:
             item.add_marker(kind)
-    items.sort(key=hosts_needed)  # stable: the order within a kind is kept
+    # Stable: the order within a kind is kept, the cluster tests stay first.
+    items.sort(key=lambda item: (item.path.parent.name != "cluster", hosts_needed(item)))
 
 
 def hosts_needed(item) -> int:
