@@ -301,6 +301,10 @@ def environment(args) -> dict:
         "network": network(args),
         "python": platform.python_version(),
         "torch": torch.__version__,
+        # The GPU stack the runs used; null on CPU runs.
+        "cuda": torch.version.cuda if args.device == "cuda" else None,
+        "nccl": (".".join(str(part) for part in torch.cuda.nccl.version())
+                 if args.device == "cuda" else None),
         "horovod": horovod.__version__,
         "openmpi": mpirun.splitlines()[0] if mpirun else None,
         "git_commit": commit + ("-dirty" if dirty else "") if commit else None,
@@ -502,7 +506,6 @@ def main(argv: list[str]) -> int:
           f"{args.out_dir}")
     failed = [r for r in results["rows"] if r["status"] != "ok"]
     return 1 if len(failed) == len(results["rows"]) else 0
-
 
 
 def cli() -> None:

@@ -18,8 +18,11 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from horovod_train.core import console, distributed, lr_schedule, metrics, watchdog
+from horovod_train.core import console, distributed, lr_schedule, metrics, runtime, watchdog
 from horovod_train.core.config import RunConfig
+
+# The module whose version a framework's run records (runtime.versions).
+FRAMEWORK_MODULES = {"pytorch": "torch"}
 
 # (loss sum, correct, images) of a batch: numbers, or tensors on the device.
 BatchSums = tuple[Any, Any, int]
@@ -104,6 +107,11 @@ class Trainer(abc.ABC):
         """The framework's own entries of summary.json (PyTorch on GPUs: "nccl")."""
         return {}
 
+    def versions(self) -> dict:
+        """Versions the run used beyond those every run records
+        (runtime.versions): PyTorch on GPUs adds CUDA's and NCCL's."""
+        return {}
+
 
 def train_epoch(train_batch: Callable[[Any, Any], BatchSums], set_lr: Callable[[float], None],
                 batches: Iterable, lr_at: Callable[[int], float], first_step: int = 0,
@@ -183,8 +191,12 @@ def fit(config: RunConfig, rt, trainer: Trainer, epochs_done: int, started: floa
     schedule = config.schedule
     steps_per_epoch = trainer.batches_per_epoch // trainer.batches_per_step
     log = metrics.MetricsLog(config.outputs.log_dir, enabled=rt.is_root, epochs_done=epochs_done)
+    # Rank 0 records them (a few subprocesses); the others' summaries are not written.
+    versions = ({**runtime.versions(FRAMEWORK_MODULES.get(trainer.framework, trainer.framework)),
+                 **trainer.versions()} if rt.is_root else {})
     metrics.announce(rt, trainer.framework, trainer.model_name, trainer.n_train, trainer.n_test,
-                     schedule.lr, trainer.lr_scale, epochs_done)
+                     schedule.lr, trainer.lr_scale, epochs_done, versions,
+                     runtime.brief_settings())
 
     def scheduled_lr(step: int) -> float:
         return lr_schedule.learning_rate(step, steps_per_epoch, schedule.epochs, schedule.lr,
@@ -245,4 +257,5 @@ def fit(config: RunConfig, rt, trainer: Trainer, epochs_done: int, started: floa
                                     config)
     summary.update(target)
     summary.update(trainer.summary_fields())
+    summary.update(versions=versions, settings=dict(runtime.APPLIED))
     return metrics.finish_run(rt, config.outputs.log_dir, summary)

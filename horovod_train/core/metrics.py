@@ -92,15 +92,26 @@ class MetricsLog:
             self.tensorboard.close()
 
 
+# How the first line names what summary.json's "versions" holds.
+VERSION_NAMES = {"horovod": "Horovod", "open_mpi": "Open MPI", "cuda": "CUDA", "nccl": "NCCL"}
+
+
 def announce(rt, framework: str, model: str, n_train: int, n_test: int, lr: float,
-             scale: float, epochs_done: int) -> None:
+             scale: float, epochs_done: int, versions: dict, settings: str) -> None:
+    """The run's first line: what trains on what, where, with which versions
+    (summary.json's "versions") and the settings each rank made in its own
+    process ("settings")."""
     if rt.is_root:
         # No launcher named an interface: the controller picks its own.
         network = f"network {rt.network or f'{rt.controller} chooses'}, " if rt.size > 1 else ""
+        built = ", ".join(f"{VERSION_NAMES.get(name, name)} {version}"
+                          for name, version in versions.items()
+                          if version and name not in ("python", "commit"))
         say(f"training {framework} {model} on {n_train} images, testing on {n_test}, "
             f"{rt.size} ranks ({rt.controller}), {rt.device}, {rt.threads} threads per rank, "
             f"{network}lr {lr} x {scale:g}"
-            + (f", resuming after epoch {epochs_done}" if epochs_done else ""))
+            + (f", resuming after epoch {epochs_done}" if epochs_done else "")
+            + (f"; {built}" if built else "") + (f"; set: {settings}" if settings else ""))
 
 
 def note_checkpoint(rt, path: Path, resume: bool) -> None:

@@ -6,8 +6,15 @@ module (horovod.torch, horovod.tensorflow or horovod.mxnet); all share this
 API."""
 
 import os
+import platform
+import shutil
 import socket
+import subprocess
+import sys
 from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]  # the checkout, when the package runs from one
 
 
 @dataclass(frozen=True)
@@ -39,10 +46,69 @@ class Runtime:
 RANK_MPI_SETTINGS = {"OMPI_MCA_mpi_yield_when_idle": "1"}
 
 
+# What this rank set in its own process, and what the user had set instead:
+# name -> {"value": ..., "set_by": "project" or "user"}, for the run's record.
+APPLIED: dict[str, dict] = {}
+
+
+def record_setting(name: str, value: str, set_by: str) -> None:
+    APPLIED[name] = {"value": value, "set_by": set_by}
+
+
 def use_defaults(settings: dict[str, str]) -> None:
-    """Each setting into this process's environment, where the user set none."""
+    """Each setting into this process's environment, where the user set none;
+    either way recorded (APPLIED)."""
     for name, value in settings.items():
-        os.environ.setdefault(name, value)
+        set_by = "user" if name in os.environ else "project"
+        record_setting(name, os.environ.setdefault(name, value), set_by)
+
+
+def brief_settings() -> str:
+    """The settings of APPLIED in a few words: NAME=VALUE, the user's marked."""
+    return ", ".join(f"{name}={s['value']}" + (" (yours)" if s["set_by"] == "user" else "")
+                     for name, s in sorted(APPLIED.items()))
+
+
+def versions(framework_module: str) -> dict:
+    """What the run ran on: Python, the framework, Horovod, Open MPI, and
+    the checkout's commit where the package runs from a git checkout; the
+    PyTorch trainer adds CUDA and NCCL on GPUs. Each None where unknown."""
+    framework = sys.modules.get(framework_module)
+    horovod = sys.modules.get("horovod")
+    return {
+        "python": platform.python_version(),
+        framework_module: getattr(framework, "__version__", None),
+        "horovod": getattr(horovod, "__version__", None),
+        "open_mpi": open_mpi_version(),
+        "commit": checkout_commit(),
+    }
+
+
+def open_mpi_version() -> str | None:
+    """From `ompi_info --version` (`Open MPI v4.1.4`), where Open MPI is installed."""
+    text = command_output("ompi_info", "--version")
+    words = text.split() if text else []
+    return words[2].lstrip("v") if len(words) > 2 and words[:2] == ["Open", "MPI"] else None
+
+
+def checkout_commit() -> str | None:
+    """The checkout's commit, with "+changes" where tracked files differ from it."""
+    if not (REPO / ".git").exists():
+        return None
+    commit = command_output("git", "-C", str(REPO), "rev-parse", "HEAD")
+    changed = command_output("git", "-C", str(REPO), "status", "--porcelain",
+                             "--untracked-files=no")
+    return commit and commit + ("+changes" if changed else "")
+
+
+def command_output(*command: str) -> str | None:
+    if shutil.which(command[0]) is None:
+        return None
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return result.stdout.strip() if result.returncode == 0 else None
 
 
 def use_rank_mpi_settings() -> None:

@@ -21,6 +21,8 @@ import ctypes.util
 import os
 import platform
 
+from horovod_train.core import runtime
+
 # mallopt parameter numbers, from glibc's malloc.h.
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
@@ -52,9 +54,15 @@ def keep_freed_memory() -> bool:
     """Set this process's glibc malloc to keep what it frees (see the module
     text). Returns whether it did: not on another C library, nor where the
     user chose their own allocator settings."""
-    if platform.libc_ver()[0] != "glibc" or user_chose_allocator():
+    if platform.libc_ver()[0] != "glibc":
+        return False
+    if user_chose_allocator():
+        runtime.record_setting("malloc", os.environ.get(CHOICE_ENV) or "the user's", "user")
         return False
     libc = ctypes.CDLL(ctypes.util.find_library("c"))
     # Setting either threshold also stops glibc's moving mmap threshold.
-    return bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+    kept = bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
                 and libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+    if kept:
+        runtime.record_setting("malloc", "keeps freed memory", "project")
+    return kept

@@ -226,6 +226,12 @@ class EpochTrainer(TorchTrainer):
     def summary_fields(self) -> dict:
         return {"nccl": self.nccl}
 
+    def versions(self) -> dict:
+        if self.device.type != "cuda":
+            return {}
+        return {"cuda": torch.version.cuda,
+                "nccl": ".".join(str(part) for part in torch.cuda.nccl.version())}
+
 
 def run(config: RunConfig) -> dict:
     """The training run: the shared epoch loop (loop.fit) with an EpochTrainer."""

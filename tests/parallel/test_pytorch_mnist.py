@@ -4,10 +4,10 @@ and interrupted then resumed."""
 
 import json
 import os
+import platform
 import re
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
@@ -116,9 +116,10 @@ def test_horovod_options_train(mnist_dir, tmp_path):
     assert adasum.summary["weights_identical"] and adasum.summary["test_accuracy"] >= 0.9
 
 
-def run_trainer(*args: str, timeout: int = 120) -> subprocess.CompletedProcess:
+def run_trainer(*args: str, timeout: int = 120, env: dict | None = None,
+                ) -> subprocess.CompletedProcess:
     return subprocess.run([str(BIN / "python"), TRAINER, *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=timeout)
+                          text=True, timeout=timeout, env=env)
 
 
 def test_help_documents_every_option():
@@ -177,15 +178,35 @@ def test_unwritable_log_dir_is_one_line(mnist_dir, tmp_path):
     assert "Traceback" not in result.stderr
 
 
-def test_summary_is_valid_json_with_the_run_figures(small_mnist_dir, tmp_path):
+def test_summary_is_valid_json_with_the_run_figures_versions_and_settings(small_mnist_dir,
+                                                                          tmp_path):
+    """One setting the user made, the others the rank's own."""
+    env = {**os.environ, "OMPI_MCA_mpi_yield_when_idle": "0"}
     result = run_trainer("--data-dir", str(small_mnist_dir), "--epochs", "1", "--no-progress",
-                         "--log-dir", str(tmp_path / "run"), timeout=300)
+                         "--log-dir", str(tmp_path / "run"), timeout=300, env=env)
     assert result.returncode == 0, result.stderr[-2000:]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["size"] == 1 and summary["epochs"] == 1
     for key in ("test_accuracy", "images_per_sec", "wall_time_s", "train_time_s"):
         assert summary[key] > 0, key
-    assert sys.executable  # the trainer ran in the same environment as the tests
+    import horovod
+    import torch
+
+    versions = summary["versions"]
+    assert versions["python"] == platform.python_version()
+    assert versions["torch"] == torch.__version__ and versions["horovod"] == horovod.__version__
+    assert re.fullmatch(r"\d+\.\d+\.\d+", versions["open_mpi"]), versions
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    assert versions["commit"].startswith(commit) and "cuda" not in versions
+    assert summary["settings"] == {
+        "OMPI_MCA_mpi_yield_when_idle": {"value": "0", "set_by": "user"},
+        "HOROVOD_FUSION_THRESHOLD": {"value": "4194304", "set_by": "project"},
+        "malloc": {"value": "keeps freed memory", "set_by": "project"}}
+    first = result.stdout.splitlines()[0]
+    assert f"torch {torch.__version__}, Horovod {horovod.__version__}, Open MPI " in first, first
+    assert ("set: HOROVOD_FUSION_THRESHOLD=4194304, OMPI_MCA_mpi_yield_when_idle=0 (yours), "
+            "malloc=keeps freed memory") in first, first
 
 
 # Two epochs on 8,000 digits end near 98.5% either way; the pipelines read
