@@ -64,9 +64,9 @@ def hosts_needed(item) -> int:
 def pytest_addoption(parser):
     soak = parser.getgroup("soak", "tests/cluster/test_soak.py: the two-host command again "
                                    "and again")
-    soak.addoption("--soak-runs", type=int, default=2, metavar="N",
-                   help="consecutive runs, alternating Gloo and MPI (default 2; 20 for the "
-                        "long soak)")
+    soak.addoption("--soak-runs", type=int, default=0, metavar="N",
+                   help="consecutive runs, alternating Gloo and MPI (default 0: the two-host "
+                        "runs are test_pytorch_mnist_cluster.py's; 20 for the long soak)")
     soak.addoption("--soak-faults", type=int, default=1, metavar="N",
                    help="runs with a random fault at a random moment (default 1; 10 for the "
                         "long soak)")

@@ -3,7 +3,8 @@ and again, alternating Gloo and MPI, then runs with a random fault at a
 random moment, each of which must end as its case says (tests/faults.py)
 with nothing corrupted.
 
-CI runs the short soak (2 runs, 1 fault); the long one is
+CI runs the short soak, 1 fault (the two-host command itself, over Gloo and
+MPI, is tests/cluster/test_pytorch_mnist_cluster.py's); the long one is
 
     scripts/test.sh tests/cluster/test_soak.py --soak-runs 20 --soak-faults 10
 """
@@ -25,7 +26,8 @@ CASES = ("stopped rank", "b cut off", "slow link", "ssh closed on b", "disk full
 def test_consecutive_runs_all_succeed(cluster, mnist_dir, tmp_path, request):
     runs = request.config.getoption("--soak-runs")
     if runs < 1:
-        pytest.skip("--soak-runs 0")
+        pytest.skip("the long soak's (--soak-runs N); the two-host runs of CI are "
+                    "test_pytorch_mnist_cluster.py's")
     wall = []
     for i in range(runs):
         controller = ("gloo", "mpi")[i % 2]

@@ -30,22 +30,22 @@ def elastic_run(hosts_file, data_dir, log_dir, *trainer_args: str) -> subprocess
 def test_elastic_resume_goes_on_from_the_checkpoint(small_mnist_dir, tmp_path):
     hosts_file, log_dir = tmp_path / "hosts", tmp_path / "run"
     hosts_file.write_text("localhost slots=2\n")
-    first = elastic_run(hosts_file, small_mnist_dir, log_dir, "--epochs", "2")
+    first = elastic_run(hosts_file, small_mnist_dir, log_dir, "--epochs", "1")
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     first_events = len((log_dir / "elastic.jsonl").read_text().splitlines())
 
-    resumed = elastic_run(hosts_file, small_mnist_dir, log_dir, "--epochs", "3", "--resume")
+    resumed = elastic_run(hosts_file, small_mnist_dir, log_dir, "--epochs", "2", "--resume")
     output = resumed.stdout + resumed.stderr
     assert resumed.returncode == 0, output[-3000:]
-    assert "resuming after epoch 2" in output, output[-3000:]
+    assert "resuming after epoch 1" in output, output[-3000:]
     summary = json.loads((log_dir / "summary.json").read_text())
-    assert summary["resumed_after_epoch"] == 2 and summary["epochs"] == 3
+    assert summary["resumed_after_epoch"] == 1 and summary["epochs"] == 2
     assert summary["weights_identical"] is True
     epochs = [json.loads(line)["epoch"]
               for line in (log_dir / "metrics.jsonl").read_text().splitlines()]
-    assert epochs == [1, 2, 3]
-    # The resumed run's first commit is the checkpoint's: epoch 2 done, none of 3.
+    assert epochs == [1, 2]
+    # The resumed run's first commit is the checkpoint's: epoch 1 done, none of 2.
     lines = (log_dir / "elastic.jsonl").read_text().splitlines()[first_events:]
     commits = [json.loads(line) for line in lines if '"commit"' in line]
-    assert (commits[0]["epoch"], commits[0]["samples_done"]) == (2, 0), commits[:3]
-    assert all(c["epoch"] >= 2 for c in commits)
+    assert (commits[0]["epoch"], commits[0]["samples_done"]) == (1, 0), commits[:3]
+    assert all(c["epoch"] >= 1 for c in commits)

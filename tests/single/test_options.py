@@ -71,6 +71,7 @@ def test_a_run_records_only_its_own_frameworks_options(entry, framework_options)
     (["--memory-format", "nhwc"], "argument --memory-format: invalid choice: 'nhwc'"),
     (["--label-smoothing", "1"], "argument --label-smoothing: 1 must be < 1"),
     (["--frobnicate"], "unrecognized arguments: --frobnicate"),
+    (["--benchmark-steps", "0"], "argument --benchmark-steps: 0 must be >= 1"),
 ])
 def test_a_bad_option_is_one_line_naming_it_and_exit_2(argv, message, capsys):
     with pytest.raises(SystemExit) as ended:
