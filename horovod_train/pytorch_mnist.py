@@ -32,6 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     torch_options.add_argument("--model", choices=sorted(MODELS), default="mnist_cnn")
     torch_options.add_argument("--memory-format", choices=sorted(MEMORY_FORMATS),
                                default="channels_last", help=options.MEMORY_FORMAT_HELP)
+    torch_options.add_argument("--amp", choices=options.AMP_CHOICES, default="auto",
+                               help=options.AMP_HELP)
     torch_options.add_argument("--label-smoothing", type=options.below_one, default=0.0,
                                metavar="EPS",
                                help="train against targets that give EPS of the probability "

@@ -29,6 +29,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--model", choices=sorted(MODELS), default="mnist_cnn")
     parser.add_argument("--memory-format", choices=sorted(MEMORY_FORMATS),
                         default="channels_last", help=options.MEMORY_FORMAT_HELP)
+    parser.add_argument("--amp", choices=options.AMP_CHOICES, default="auto",
+                        help=options.AMP_HELP)
     parser.add_argument("--batch-size", type=options.positive_int, default=64,
                         help="images per rank per step")
     parser.add_argument("--lr", type=options.positive_float, default=0.05)
@@ -59,11 +61,15 @@ def main() -> int:
     from horovod_train.core import mnist, outputs, runtime
     from horovod_train.torch import allocator, dataloader
     from horovod_train.torch.models import build_model, input_shape
+    from horovod_train.torch.precision import amp_name, amp_settings
 
     # The trainer's allocator settings, so the two launchers compare alike.
     allocator.keep_freed_memory()
     local_rank = int(os.environ["LOCAL_RANK"])
     use_cuda = not args.no_cuda and torch.cuda.is_available()
+    problem = config.amp_problem(args.amp, use_cuda)  # the trainer's rule
+    if problem:
+        raise UserError(problem)
     device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
     if use_cuda:
         torch.cuda.set_device(device)
@@ -85,18 +91,21 @@ def main() -> int:
                                                 args.batch_size, rank, size, args.seed,
                                                 workers=0, pin_memory=False)
             batches = timed_steps.loader_batches(loader, device)
+        amp_dtype, use_scaler = amp_settings(device, args.amp)
         # DDP broadcasts rank 0's weights when it wraps the model.
         model = DistributedDataParallel(model, device_ids=[local_rank] if use_cuda else None)
         optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
         model.train()
-        mine = timed_steps.time_steps(timed_steps.ddp_step(model, optimizer, batches),
+        scaler = torch.amp.GradScaler("cuda", enabled=use_scaler)
+        mine = timed_steps.time_steps(timed_steps.ddp_step(model, optimizer, batches, amp_dtype,
+                                                           scaler),
                                       args.warmup_steps, args.benchmark_steps, args.batch_size,
                                       device)
         per_rank = [None] * size
         dist.all_gather_object(per_rank, mine)
         record = timed_steps.summarize(per_rank, {
             "launcher": "ddp", "controller": dist.get_backend(), "model": args.model,
-            "memory_format": args.memory_format,
+            "memory_format": args.memory_format, "amp": amp_name(amp_dtype),
             "workload": "synthetic" if args.synthetic else "mnist", "device": device.type,
             "batch_per_rank": args.batch_size, "warmup_steps": args.warmup_steps,
             "steps": args.benchmark_steps, "threads_per_rank": threads,

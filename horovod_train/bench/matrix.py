@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from horovod_train.bench import scaling_tables
+from horovod_train.core import options
 from horovod_train.core.errors import ArgumentParser, RunFailed, UserError, run_main
 from horovod_train.launch.hosts import Host, host_list, is_local, read_hostfile
 
@@ -75,7 +76,7 @@ def layout_hosts(nodes: int, per_node: int, hosts: list[str] | None,
 def workload_args(args, run_dir: Path) -> list[str]:
     command = ["--benchmark-steps", str(args.steps), "--warmup-steps", str(args.warmup_steps),
                "--batch-size", str(args.batch_size), "--model", args.model,
-               "--memory-format", args.memory_format,
+               "--memory-format", args.memory_format, "--amp", args.amp,
                "--log-dir", str(run_dir)]
     if args.workload == "synthetic":
         command += ["--synthetic", "--image-size", str(args.image_size)]
@@ -249,6 +250,7 @@ def run_once(args, launcher: str, nodes: int, per_node: int, repeat: int, out_di
                images_per_sec=record["images_per_sec"], step_time_s=record["step_time_s"],
                allreduce_time_s=record["allreduce_time_s"],
                parameters=record["parameters"], gradient_bytes=record["gradient_bytes"],
+               amp=record["amp"],
                device=record["device"], controller=record["controller"])
     return run
 
@@ -331,7 +333,7 @@ def network(args) -> dict:
 def settings(args) -> dict:
     return {"workload": args.workload, "model": args.model, "memory_format": args.memory_format,
             "image_size": args.image_size if args.workload == "synthetic" else 28,
-            "batch_per_rank": args.batch_size, "warmup_steps": args.warmup_steps,
+            "batch_per_rank": args.batch_size, "amp": args.amp, "warmup_steps": args.warmup_steps,
             "steps": args.steps, "repeats": args.repeats, "device": args.device,
             "launchers": args.launchers, "controller": args.controller,
             "fp16_allreduce": args.fp16_allreduce,
@@ -401,6 +403,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         default="channels_last",
                         help="layout of both launchers' weights (the trainers' default "
                              "channels_last, or contiguous)")
+    parser.add_argument("--amp", choices=options.AMP_CHOICES, default="auto",
+                        help="both launchers' precision, as the trainer's --amp: "
+                             + options.AMP_HELP)
     parser.add_argument("--batch-size", type=int, default=64, help="images per rank per step")
     parser.add_argument("--warmup-steps", type=int, default=5)
     parser.add_argument("--steps", type=int, default=50, help="timed steps per run")

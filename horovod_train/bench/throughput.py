@@ -18,7 +18,8 @@ from horovod_train.bench import timed_steps, upstream_example
 from horovod_train.core import loop, mnist
 from horovod_train.torch import device_data
 from horovod_train.torch.models import build_model
-from horovod_train.torch.trainer import amp_settings, batch_trainer, distributed_optimizer, set_lr
+from horovod_train.torch.precision import amp_settings
+from horovod_train.torch.trainer import batch_trainer, distributed_optimizer, set_lr
 
 TARGET_RATIO = 1.5  # our goal: at least 1.5x the reference's images/s
 SIDES = ("ours", "reference")
@@ -44,7 +45,7 @@ class OurTrainer:
         shards = device_data.ShardedBatches(device_data.DeviceMnist(split, device), batch_size,
                                             rank, size, seed)
         self.batches = timed_steps.every_epoch(shards)
-        amp_dtype, use_scaler = amp_settings(device)
+        amp_dtype, use_scaler = amp_settings(device, "auto")
         self.train_batch = batch_trainer(
             model, optimizer, device, amp_dtype, torch.amp.GradScaler("cuda", enabled=use_scaler),
             passes=1)

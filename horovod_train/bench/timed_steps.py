@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from horovod_train.core.atomic import atomic_write_json
+from horovod_train.torch.precision import autocast
 
 RESULT_NAME = "benchmark.json"
 
@@ -49,34 +50,47 @@ def every_epoch(batches) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     return itertools.chain.from_iterable(batches.epoch(e) for e in itertools.count())
 
 
-def horovod_step(model: nn.Module, optimizer, batches: Iterator) -> Callable[[], float]:
-    """One step with Horovod's DistributedOptimizer; returns the seconds spent
-    in synchronize(), i.e. waiting for allreduces that the backward pass
-    started and that had not finished when it ended."""
+def horovod_step(model: nn.Module, optimizer, batches: Iterator,
+                 amp_dtype: torch.dtype | None, scaler) -> Callable[[], float]:
+    """One step with Horovod's DistributedOptimizer, in the trainer's
+    precision (precision.amp_settings; `scaler` a GradScaler, enabled for
+    fp16); returns the seconds spent in synchronize(), i.e. waiting for
+    allreduces that the backward pass started and that had not finished
+    when it ended."""
 
     def step() -> float:
         images, labels = next(batches)
         optimizer.zero_grad()
-        F.cross_entropy(model(images), labels).backward()
+        with autocast(images.device, amp_dtype):
+            loss = F.cross_entropy(model(images), labels)
+        scaler.scale(loss).backward()
         tic = time.perf_counter()
         optimizer.synchronize()
         waited = time.perf_counter() - tic
+        if scaler.is_enabled():
+            scaler.unscale_(optimizer)
         with optimizer.skip_synchronize():
-            optimizer.step()
+            scaler.step(optimizer)
+        scaler.update()
         return waited
 
     return step
 
 
-def ddp_step(model: nn.Module, optimizer, batches: Iterator) -> Callable[[], None]:
-    """One step of a DistributedDataParallel model: DDP reduces its gradient
-    buckets inside backward(), so there is no separate wait to time."""
+def ddp_step(model: nn.Module, optimizer, batches: Iterator,
+             amp_dtype: torch.dtype | None, scaler) -> Callable[[], None]:
+    """One step of a DistributedDataParallel model, in the same precision:
+    DDP reduces its gradient buckets inside backward(), so there is no
+    separate wait to time."""
 
     def step() -> None:
         images, labels = next(batches)
         optimizer.zero_grad()
-        F.cross_entropy(model(images), labels).backward()
-        optimizer.step()
+        with autocast(images.device, amp_dtype):
+            loss = F.cross_entropy(model(images), labels)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
 
     return step
 

@@ -4,11 +4,13 @@ trained for epochs (timed_steps.py times them; benchmarks/run_matrix.sh runs
 this through horovod_train/pytorch_mnist.py)."""
 
 import horovod.torch as hvd
+import torch
 
 from horovod_train.bench import timed_steps
 from horovod_train.core import console, distributed, mnist, outputs
 from horovod_train.core.config import RunConfig
-from horovod_train.torch.models import build_model, input_shape
+from horovod_train.torch.models import MNIST_MODELS, build_model, input_shape
+from horovod_train.torch.precision import amp_name, amp_settings
 from horovod_train.torch.trainer import (
     distributed_optimizer,
     init,
@@ -24,6 +26,8 @@ def run(config: RunConfig) -> dict:
     fp16_allreduce = config.horovod.fp16_allreduce
     rt, device = init(use_cuda=not config.device.no_cuda, threads=config.device.threads,
                       seed=schedule.seed)
+    distributed.check_placement(config, "pytorch", rt, device.type == "cuda", MNIST_MODELS)
+    amp_dtype, use_scaler = amp_settings(device, options.amp)
     log_dir = config.outputs.log_dir
     distributed.check_all_ranks(
         hvd.allgather_object, rt.rank,
@@ -45,12 +49,14 @@ def run(config: RunConfig) -> dict:
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     nccl = nccl_transport(rt, device) if device.type == "cuda" else None
     model.train()
-    mine = timed_steps.time_steps(timed_steps.horovod_step(model, optimizer, batches),
+    scaler = torch.amp.GradScaler("cuda", enabled=use_scaler)
+    mine = timed_steps.time_steps(timed_steps.horovod_step(model, optimizer, batches, amp_dtype,
+                                                           scaler),
                                   bench.warmup_steps, bench.steps, schedule.batch_size, device)
     per_rank = hvd.allgather_object(mine, name="benchmark")
     record = timed_steps.summarize(per_rank, {
         "launcher": "horovod", "controller": rt.controller, "model": options.model,
-        "memory_format": options.memory_format,
+        "memory_format": options.memory_format, "amp": amp_name(amp_dtype),
         "workload": "synthetic" if bench.synthetic else "mnist", "device": device.type,
         "data_pipeline": None if bench.synthetic else options.data_pipeline,
         "batch_per_rank": schedule.batch_size, "warmup_steps": bench.warmup_steps,

@@ -70,6 +70,8 @@ class Torch:
     model: str
     memory_format: str
     """channels_last or contiguous, for weights and activations."""
+    amp: str
+    """Mixed precision: auto, bf16, fp16 or off (the same in every kind of run)."""
     label_smoothing: float
     backward_passes_per_step: int
     """Batches whose gradients one allreduce and optimizer step average."""
@@ -190,6 +192,13 @@ def validate(config: RunConfig, framework: str, mnist_models: tuple[str, ...] = 
                 f"Horovod implements Adasum over MPI only ({framework})")
     if torch is not None and torch.sync_bn and not placement.on_gpu:
         return "--sync-bn needs GPUs: Horovod's SyncBatchNorm works on CUDA tensors only"
+    return amp_problem(torch.amp, placement.on_gpu) if torch is not None else None
+
+
+def amp_problem(amp: str, on_gpu: bool) -> str | None:
+    """--amp against the device; the DDP baseline shares it."""
+    if amp == "fp16" and not on_gpu:
+        return "--amp fp16 needs a GPU (its loss scaling is CUDA's): use bf16 or off on the CPU"
     return None
 
 

@@ -107,6 +107,11 @@ class Trainer(abc.ABC):
         """The framework's own entries of summary.json (PyTorch on GPUs: "nccl")."""
         return {}
 
+    def describe(self) -> str:
+        """A few words for the run's first line about the framework's own
+        choices (PyTorch: its precision), or nothing."""
+        return ""
+
     def versions(self) -> dict:
         """Versions the run used beyond those every run records
         (runtime.versions): PyTorch on GPUs adds CUDA's and NCCL's."""
@@ -195,7 +200,7 @@ def fit(config: RunConfig, rt, trainer: Trainer, epochs_done: int, started: floa
     versions = ({**runtime.versions(FRAMEWORK_MODULES.get(trainer.framework, trainer.framework)),
                  **trainer.versions()} if rt.is_root else {})
     metrics.announce(rt, trainer.framework, trainer.model_name, trainer.n_train, trainer.n_test,
-                     schedule.lr, trainer.lr_scale, epochs_done, versions,
+                     schedule.lr, trainer.lr_scale, epochs_done, trainer.describe(), versions,
                      runtime.brief_settings())
 
     def scheduled_lr(step: int) -> float:

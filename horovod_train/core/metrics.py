@@ -97,7 +97,8 @@ VERSION_NAMES = {"horovod": "Horovod", "open_mpi": "Open MPI", "cuda": "CUDA", "
 
 
 def announce(rt, framework: str, model: str, n_train: int, n_test: int, lr: float,
-             scale: float, epochs_done: int, versions: dict, settings: str) -> None:
+             scale: float, epochs_done: int, choices: str, versions: dict,
+             settings: str) -> None:
     """The run's first line: what trains on what, where, with which versions
     (summary.json's "versions") and the settings each rank made in its own
     process ("settings")."""
@@ -109,7 +110,7 @@ def announce(rt, framework: str, model: str, n_train: int, n_test: int, lr: floa
                           if version and name not in ("python", "commit"))
         say(f"training {framework} {model} on {n_train} images, testing on {n_test}, "
             f"{rt.size} ranks ({rt.controller}), {rt.device}, {rt.threads} threads per rank, "
-            f"{network}lr {lr} x {scale:g}"
+            f"{network}lr {lr} x {scale:g}" + (f", {choices}" if choices else "")
             + (f", resuming after epoch {epochs_done}" if epochs_done else "")
             + (f"; {built}" if built else "") + (f"; set: {settings}" if settings else ""))
 

@@ -183,6 +183,14 @@ def finish(parser: argparse.ArgumentParser, args: argparse.Namespace, framework:
     return run_config
 
 
+# The PyTorch trainer's and the DDP baseline's --amp: one precision for
+# epochs, elastic runs and timed steps, so the matrix times the step users train.
+AMP_CHOICES = ("auto", "bf16", "fp16", "off")
+AMP_HELP = ("mixed precision of the forward and backward passes: auto (the default) is bf16 "
+            "on GPUs that have it, fp16 with loss scaling on other GPUs, off on the CPU; "
+            "bf16 also runs on the CPU; fp16 needs a GPU")
+
+
 # The PyTorch trainer's and the DDP baseline's --memory-format (models.MEMORY_FORMATS).
 MEMORY_FORMAT_HELP = ("layout of the convolution weights and activations: channels_last "
                       "(NHWC) is faster on CPUs (oneDNN) and what GPUs' tensor cores want; "

@@ -42,7 +42,7 @@ from horovod_train.core import (
 )
 from horovod_train.core.config import RunConfig
 from horovod_train.torch import checkpoint, device_data
-from horovod_train.torch.models import build_model
+from horovod_train.torch.models import MNIST_MODELS, build_model
 from horovod_train.torch.trainer import (
     TorchTrainer,
     batch_trainer,
@@ -94,8 +94,8 @@ class ElasticTrainer(TorchTrainer):
         self.rank, self.size = rt.rank, rt.size
         self.batches_per_epoch = sharding.batches_per_epoch(self.n_train, rt.size,
                                                             config.schedule.batch_size)
-        self.step = batch_trainer(self.model, self.optimizer, self.device, amp_dtype=None,
-                                  scaler=torch.amp.GradScaler("cuda", enabled=False), passes=1,
+        self.step = batch_trainer(self.model, self.optimizer, self.device, self.amp_dtype,
+                                  torch.amp.GradScaler("cuda", enabled=self.use_scaler), passes=1,
                                   label_smoothing=config.torch.label_smoothing)
 
     def start_epoch(self, epoch: int) -> None:
@@ -134,7 +134,7 @@ class ElasticTrainer(TorchTrainer):
                                       self.config.schedule.test_batch_size)
 
     def eval_batch(self, images, labels) -> loop.BatchSums:
-        return eval_batch(self.model, images, labels, self.device, None)
+        return eval_batch(self.model, images, labels, self.device, self.amp_dtype)
 
     def learning_rate(self, step: int, scheduled) -> float:
         # The schedule counted in samples, so it does not depend on the
@@ -166,6 +166,7 @@ def run(config: RunConfig) -> dict:
     rt, device = init(use_cuda=not config.device.no_cuda, threads=config.device.threads,
                       seed=config.schedule.seed)
     threads = rt.threads
+    distributed.check_placement(config, "pytorch", rt, device.type == "cuda", MNIST_MODELS)
     if rt.is_root:
         outputs.prepare_output_dirs(config.outputs.log_dir, config.outputs.checkpoint_dir)
     # Local only (see the module's docstring): a bad data directory ends this rank.

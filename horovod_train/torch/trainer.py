@@ -2,7 +2,6 @@
 checkpoints and the closing summary. Every rank runs all of it; only rank 0
 writes files and prints."""
 
-import contextlib
 import itertools
 import time
 
@@ -25,6 +24,7 @@ from horovod_train.core.config import RunConfig
 from horovod_train.core.errors import UserError
 from horovod_train.torch import allocator, checkpoint, dataloader, device_data, gpu
 from horovod_train.torch.models import MNIST_MODELS, build_model, convert_sync_batchnorm
+from horovod_train.torch.precision import amp_name, amp_settings, autocast
 
 # This process's NCCL debug output (GPU runs): set up before hvd.init(), read
 # after NCCL's first collective (nccl_transport).
@@ -90,16 +90,6 @@ def state_digest(model: nn.Module) -> str:
         for key, t in model.state_dict().items())
 
 
-def amp_settings(device: torch.device) -> tuple[torch.dtype | None, bool]:
-    """Autocast dtype and whether gradients need loss scaling: bf16 where the
-    GPU has it (no scaling needed), else fp16 with a GradScaler; none on CPU."""
-    if device.type != "cuda":
-        return None, False
-    if torch.cuda.is_bf16_supported():
-        return torch.bfloat16, False
-    return torch.float16, True
-
-
 def training_batches(pipeline: str, split: mnist.Split, batch_size: int, rt: runtime.Runtime,
                      seed: int, device: torch.device, workers: int):
     """This rank's training batches, epoch by epoch (`.epoch(e)`, `len()`):
@@ -150,6 +140,7 @@ class TorchTrainer(loop.Trainer):
         self.config, self.model, self.optimizer, self.device = config, model, optimizer, device
         self.model_name = config.torch.model
         self.n_train, self.n_test, self.lr_scale = n_train, n_test, lr_scale
+        self.amp_dtype, self.use_scaler = amp_settings(device, config.torch.amp)
 
     def set_lr(self, lr: float) -> None:
         set_lr(self.optimizer, lr)
@@ -169,6 +160,12 @@ class TorchTrainer(loop.Trainer):
 
     def digest(self) -> str:
         return state_digest(self.model)
+
+    def summary_fields(self) -> dict:
+        return {"amp": amp_name(self.amp_dtype)}
+
+    def describe(self) -> str:
+        return f"amp {amp_name(self.amp_dtype)}"
 
     def start_eval(self) -> None:
         self.model.eval()
@@ -200,9 +197,8 @@ class EpochTrainer(TorchTrainer):
             raise UserError(
                 f"{len(train_split)} training images over {rt.size} ranks give fewer than "
                 f"{passes} batches of {schedule.batch_size} per rank")
-        self.amp_dtype, use_scaler = amp_settings(device)
         self.step = batch_trainer(model, optimizer, device, self.amp_dtype,
-                                  torch.amp.GradScaler("cuda", enabled=use_scaler), passes,
+                                  torch.amp.GradScaler("cuda", enabled=self.use_scaler), passes,
                                   options.label_smoothing)
 
     def start_epoch(self, epoch: int) -> None:
@@ -224,7 +220,7 @@ class EpochTrainer(TorchTrainer):
         return eval_batch(self.model, images, labels, self.device, self.amp_dtype)
 
     def summary_fields(self) -> dict:
-        return {"nccl": self.nccl}
+        return {**super().summary_fields(), "nccl": self.nccl}
 
     def versions(self) -> dict:
         if self.device.type != "cuda":
@@ -315,8 +311,3 @@ def eval_batch(model, images, labels, device, amp_dtype) -> loop.BatchSums:
         output = model(images)
     return (F.cross_entropy(output.float(), labels, reduction="sum"),
             (output.argmax(1) == labels).sum(), len(labels))
-
-
-def autocast(device: torch.device, amp_dtype: torch.dtype | None):
-    return (torch.autocast(device.type, dtype=amp_dtype) if amp_dtype
-            else contextlib.nullcontext())

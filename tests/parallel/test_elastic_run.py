@@ -34,13 +34,16 @@ def test_elastic_resume_goes_on_from_the_checkpoint(small_mnist_dir, tmp_path):
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     first_events = len((log_dir / "elastic.jsonl").read_text().splitlines())
 
-    resumed = elastic_run(hosts_file, small_mnist_dir, log_dir, "--epochs", "2", "--resume")
+    # bf16, as every kind of run takes --amp (on the CPU too).
+    resumed = elastic_run(hosts_file, small_mnist_dir, log_dir, "--epochs", "2", "--resume",
+                          "--amp", "bf16")
     output = resumed.stdout + resumed.stderr
     assert resumed.returncode == 0, output[-3000:]
     assert "resuming after epoch 1" in output, output[-3000:]
     summary = json.loads((log_dir / "summary.json").read_text())
     assert summary["resumed_after_epoch"] == 1 and summary["epochs"] == 2
-    assert summary["weights_identical"] is True
+    assert summary["weights_identical"] is True and summary["amp"] == "bf16"
+    assert ", amp bf16, resuming after epoch 1" in output
     epochs = [json.loads(line)["epoch"]
               for line in (log_dir / "metrics.jsonl").read_text().splitlines()]
     assert epochs == [1, 2]

@@ -199,12 +199,14 @@ def test_summary_is_valid_json_with_the_run_figures_versions_and_settings(small_
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
     assert versions["commit"].startswith(commit) and "cuda" not in versions
+    assert summary["amp"] == "off"  # --amp auto, on the CPU
     assert summary["settings"] == {
         "OMPI_MCA_mpi_yield_when_idle": {"value": "0", "set_by": "user"},
         "HOROVOD_FUSION_THRESHOLD": {"value": "4194304", "set_by": "project"},
         "malloc": {"value": "keeps freed memory", "set_by": "project"}}
     first = result.stdout.splitlines()[0]
     assert f"torch {torch.__version__}, Horovod {horovod.__version__}, Open MPI " in first, first
+    assert ", amp off;" in first, first
     assert ("set: HOROVOD_FUSION_THRESHOLD=4194304, OMPI_MCA_mpi_yield_when_idle=0 (yours), "
             "malloc=keeps freed memory") in first, first
 

@@ -43,6 +43,7 @@ def test_horovod_benchmark_mode_times_steps_on_every_rank(mnist_dir, tmp_path):
     assert record["data_pipeline"] == "loader"
     assert record["gradient_bytes"] == 4 * record["parameters"]
     assert all(0 <= r["allreduce_time_s"] < r["step_time_s"] for r in record["per_rank"])
+    assert record["amp"] == "off"  # --amp auto, on the CPU
     assert not (tmp_path / "checkpoints").exists()  # no training outputs in this mode
     assert "benchmark horovod mnist_cnn (mnist)" in run.output
 
@@ -54,12 +55,14 @@ def test_ddp_baseline_writes_the_same_record(mnist_dir, tmp_path):
         [str(BIN / "python"), "-m", "torch.distributed.run", "--nnodes", "1",
          "--nproc-per-node", "2", "--master-port", "29391", "benchmarks/ddp_benchmark.py",
          "--data-dir", str(mnist_dir), "--no-download", "--benchmark-steps", "6",
-         "--warmup-steps", "2", "--batch-size", "32", "--log-dir", str(tmp_path)],
+         "--warmup-steps", "2", "--batch-size", "32", "--amp", "bf16",
+         "--log-dir", str(tmp_path)],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     record = read_result(tmp_path)
     assert_consistent(record, ranks=2, steps=6, batch=32)
     assert record["launcher"] == "ddp" and record["controller"] == "gloo"
+    assert record["amp"] == "bf16"  # the trainer's --amp: bf16 runs on the CPU too
     assert record["allreduce_time_s"] is None
     assert all(r["allreduce_time_s"] is None for r in record["per_rank"])
 
@@ -67,13 +70,13 @@ def test_ddp_baseline_writes_the_same_record(mnist_dir, tmp_path):
 @pytest.mark.slow
 def test_synthetic_resnet_runs_without_data(tmp_path):
     run = horovodrun(["-np", "1", "-H", "localhost:1", "--gloo"],
-                     ["--model", "resnet18", "--synthetic", "--image-size", "32",
+                     ["--model", "resnet18", "--synthetic", "--image-size", "32", "--amp", "bf16",
                       "--benchmark-steps", "2", "--warmup-steps", "1", "--batch-size", "4",
                       "--data-dir", str(tmp_path / "nothing-here")], tmp_path)
     assert run.returncode == 0, run.output[-3000:]
     record = read_result(tmp_path)
     assert record["workload"] == "synthetic" and record["model"] == "resnet18"
-    assert record["parameters"] > 11_000_000
+    assert record["parameters"] > 11_000_000 and record["amp"] == "bf16"
 
 
 def test_ddp_benchmark_outside_torchrun_says_so():

@@ -139,3 +139,19 @@ def test_options_that_depend_on_where_the_ranks_run_are_checked_with_the_placeme
     device are known then, not as the options are parsed."""
     config = entry.parse_args(argv)
     assert validate(config, framework, MNIST_MODELS, placement) == message
+
+
+def test_amp_auto_is_off_on_the_cpu_and_bf16_runs_there_and_fp16_is_refused():
+    import torch
+
+    from horovod_train.torch.precision import amp_name, amp_settings
+
+    cpu = torch.device("cpu")
+    assert amp_settings(cpu, "auto") == (None, False) and amp_name(None) == "off"
+    assert amp_settings(cpu, "bf16") == (torch.bfloat16, False)
+    assert amp_settings(cpu, "off") == (None, False)
+    config = pytorch_mnist.parse_args(["--amp", "fp16"])
+    assert validate(config, "pytorch", MNIST_MODELS, Placement("gloo", on_gpu=False)) == (
+        "--amp fp16 needs a GPU (its loss scaling is CUDA's): use bf16 or off on the CPU")
+    assert validate(config, "pytorch", MNIST_MODELS, Placement("gloo", on_gpu=True)) is None
+    assert config.as_record()["amp"] == "fp16"
