@@ -25,8 +25,9 @@ import time
 from pathlib import Path
 
 from horovod_train.bench import scaling_tables
-from horovod_train.core import options
+from horovod_train.core import options, runtime
 from horovod_train.core.errors import ArgumentParser, RunFailed, UserError, run_main
+from horovod_train.core.runtime import command_output
 from horovod_train.launch.hosts import Host, host_list, is_local, read_hostfile
 
 REPO = Path(__file__).resolve().parents[2]  # the checkout
@@ -275,14 +276,6 @@ def oversubscribed(args, nodes: int, per_node: int) -> bool:
 
 # --- environment -------------------------------------------------------------
 
-def command_output(*command: str) -> str | None:
-    try:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return result.stdout.strip() if result.returncode == 0 else None
-
-
 def environment(args) -> dict:
     import horovod
     import torch
@@ -293,8 +286,6 @@ def environment(args) -> dict:
     gpus = ([torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
             if torch.cuda.is_available() else [])
     mpirun = command_output("mpirun", "--version")
-    commit = command_output("git", "-C", str(REPO), "rev-parse", "HEAD")
-    dirty = command_output("git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no")
     return {
         "hostname": socket.gethostname(),
         "cpu_model": cpu_model,
@@ -309,7 +300,8 @@ def environment(args) -> dict:
                  if args.device == "cuda" else None),
         "horovod": horovod.__version__,
         "openmpi": mpirun.splitlines()[0] if mpirun else None,
-        "git_commit": commit + ("-dirty" if dirty else "") if commit else None,
+        # As the trainer's summary.json records it (runtime.checkout_commit).
+        "git_commit": runtime.checkout_commit(),
     }
 
 

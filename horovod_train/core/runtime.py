@@ -5,6 +5,7 @@ describes the rank to the rest of the run. `hvd` is the framework's Horovod
 module (horovod.torch, horovod.tensorflow or horovod.mxnet); all share this
 API."""
 
+import functools
 import os
 import platform
 import shutil
@@ -69,6 +70,7 @@ def brief_settings() -> str:
                      for name, s in sorted(APPLIED.items()))
 
 
+@functools.cache  # once per process: an elastic run enters the loop after every reset
 def versions(framework_module: str) -> dict:
     """What the run ran on: Python, the framework, Horovod, Open MPI, and
     the checkout's commit where the package runs from a git checkout; the
