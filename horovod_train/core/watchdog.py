@@ -41,6 +41,9 @@ HEARTBEAT_EVERY_S = 1.0
 # A rank not heard from for this long has stopped answering (for the
 # message only: ending a rank takes `limit` seconds without progress).
 SILENT_AFTER_S = 5.0
+# How long a rank that does not say why waits for the one that does, at most
+# the gap between their last steps (rank 0's epoch outputs).
+SAYER_GRACE_S = 2.0
 SIOCGIFADDR = 0x8915  # Linux: the IPv4 address of an interface
 
 
@@ -225,6 +228,12 @@ class Watchdog:
         answering_here = [p.rank for p in self.peers if p.hostname == here and p.rank not in silent]
         if self.rank == min(answering_here):
             print_error(self.prog, message)
+        else:
+            # The rank that says why may reach its limit a moment after this
+            # one (rank 0 writes each epoch's outputs after the others have
+            # moved on); this rank ending first would have the launcher stop
+            # that one before its line.
+            time.sleep(SAYER_GRACE_S)
         self.kill_silent_ranks_here(silent)
 
 
