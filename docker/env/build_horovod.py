@@ -209,10 +209,14 @@ def plan(args, info: dict) -> tuple[dict, dict]:
         gpu_ops = "nccl" if gpu_present() and info.get("torch_cuda") else "none"
     env = {
         "HOROVOD_WITH_GLOO": "1",
-        "HOROVOD_WITH_MPI": "1",
+        f"HOROVOD_WITH{'OUT' if args.without_mpi else ''}_MPI": "1",
         "HOROVOD_WITHOUT_SPARK": "1",
         "HOROVOD_WITHOUT_RAY": "1",
         "MAKEFLAGS": f"-j{args.jobs}",
+        # CMake 4 refuses projects that ask for CMake < 3.5, as the bundled
+        # Gloo does, unless told this floor (older CMake ignores it); an
+        # environment that brings its own CMake 4 then builds too.
+        "CMAKE_POLICY_VERSION_MINIMUM": "3.5",
     }
     for name, (_, flag, _) in FRAMEWORKS.items():
         env[f"HOROVOD_WITH{'' if name in frameworks else 'OUT'}_{flag}"] = "1"
@@ -238,10 +242,10 @@ def plan(args, info: dict) -> tuple[dict, dict]:
         header = (Path(nccl_home) / "include" / "nccl.h").read_text(errors="replace")
         nccl_version = ".".join(re.findall(r"#define NCCL_(?:MAJOR|MINOR|PATCH)\s+(\d+)", header))
 
-    mpi = first_line(["mpirun", "--version"])
-    if mpi is None:
+    mpi = None if args.without_mpi else first_line(["mpirun", "--version"])
+    if mpi is None and not args.without_mpi:
         raise UserError("mpirun not found: install OpenMPI (openmpi-bin libopenmpi-dev; "
-                        "scripts/setup.sh does)")
+                        "scripts/setup.sh does), or build with --without-mpi for Gloo alone")
     compiler = first_line([os.environ.get("CXX", "c++"), "--version"])
     if compiler is None:
         raise UserError("no C++ compiler (c++) found: install build-essential")
@@ -420,7 +424,7 @@ def installed_build(record: Path) -> dict:
 
 
 def check_build(python: str, frameworks: list[str], gpu_ops: str,
-                nccl_home: str | None = None) -> str:
+                nccl_home: str | None = None, mpi: bool = True) -> str:
     """Run `horovodrun --check-build`; fail unless it shows what was asked for.
     An NCCL build loads the NCCL of torch's wheel, which the loader must find."""
     horovodrun = Path(python).parent / "horovodrun"
@@ -432,7 +436,7 @@ def check_build(python: str, frameworks: list[str], gpu_ops: str,
     result = subprocess.run([*command, "--check-build"], capture_output=True, text=True,
                             timeout=300, env=env)
     report = result.stdout
-    wanted = [FRAMEWORKS[f][2] for f in frameworks] + ["MPI", "Gloo"]
+    wanted = [FRAMEWORKS[f][2] for f in frameworks] + ["MPI"] * mpi + ["Gloo"]
     if gpu_ops == "nccl":
         wanted.append("NCCL")
     missing = [w for w in wanted if not re.search(rf"\[X\] {w}\b", report)]
@@ -471,6 +475,9 @@ def main(argv: list[str]) -> int:
                         help="comma-separated: pytorch, tensorflow, mxnet")
     parser.add_argument("--gpu-ops", choices=["auto", "nccl", "none"], default="auto",
                         help="NCCL GPU operations; auto means when a GPU is present")
+    parser.add_argument("--without-mpi", action="store_true",
+                        help="build without MPI, for hosts with no Open MPI: the ranks start "
+                             "over Gloo alone (horovodrun --gloo)")
     parser.add_argument("--cuda-archs", default=DEFAULT_CUDA_ARCHS,
                         help="compute capabilities of the CUDA kernels (NCCL builds), e.g. "
                              "80,90; default torch: every one the environment's torch has "
@@ -495,7 +502,7 @@ def main(argv: list[str]) -> int:
         if not built:
             raise UserError(f"no Horovod build recorded in {info['prefix']}; run scripts/setup.sh")
         print(check_build(args.python, list(built["frameworks"]), built["gpu_ops"],
-                          info.get("nccl_home")), end="")
+                          info.get("nccl_home"), mpi=built.get("mpi") is not None), end="")
         missing = unresolved_libraries(info["prefix"])
         if missing:
             raise RunFailed("Horovod's libraries need what the loader cannot find: "
@@ -519,8 +526,8 @@ def main(argv: list[str]) -> int:
     if args.no_install:
         return 0
     install(args.python, wheels[0], info["prefix"], key, inputs)
-    print(check_build(args.python, args.frameworks, inputs["gpu_ops"], info.get("nccl_home")),
-          end="")
+    print(check_build(args.python, args.frameworks, inputs["gpu_ops"], info.get("nccl_home"),
+                      mpi=not args.without_mpi), end="")
     return 0
 
 

@@ -21,9 +21,9 @@ TORCH_ARCHS = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]  # 2.14.1
 
 
 def plan_for(torch_version="2.14.1+cu130", gpu_ops="none", frameworks=("pytorch",),
-             cuda_archs="80,90", torch_archs=TORCH_ARCHS):
+             cuda_archs="80,90", torch_archs=TORCH_ARCHS, without_mpi=False):
     args = SimpleNamespace(frameworks=list(frameworks), gpu_ops=gpu_ops, jobs=2,
-                           cuda_archs=cuda_archs)
+                           cuda_archs=cuda_archs, without_mpi=without_mpi)
     info = {"abi": "cpython-311-x86_64-linux-gnu", "machine": "x86_64",
             "frameworks": {"torch": torch_version}, "torch_cuda": None, "nccl_home": None,
             "torch_archs": torch_archs}
@@ -50,6 +50,20 @@ def test_build_flags_follow_the_frameworks():
     assert "HOROVOD_GPU_OPERATIONS" not in env
     # Without GPU operations the torch extension is CPU-only: no CUDA toolkit.
     assert env["HOROVOD_TORCH_CPU_ONLY"] == "1"
+
+
+def test_a_host_without_open_mpi_builds_for_gloo_alone(monkeypatch, tmp_path):
+    """No mpirun: refused in one line that names the way out; with
+    --without-mpi the build has no MPI, and the key says so."""
+    monkeypatch.setenv("PATH", str(tmp_path))  # no mpirun (nor anything else) on it
+    monkeypatch.setenv("CXX", sys.executable)  # a program that answers --version
+    with pytest.raises(build_horovod.UserError, match="^mpirun not found: .*--without-mpi"):
+        plan_for()
+    inputs, env = plan_for(without_mpi=True)
+    assert env["HOROVOD_WITHOUT_MPI"] == "1" and "HOROVOD_WITH_MPI" not in env
+    assert env["HOROVOD_WITH_GLOO"] == "1"
+    # The key covers it: the flags, and no Open MPI version.
+    assert inputs["mpi"] is None and inputs["flags"]["HOROVOD_WITHOUT_MPI"] == "1"
 
 
 def test_nccl_build_plan(monkeypatch, tmp_path):
