@@ -142,6 +142,13 @@ class TorchTrainer(loop.Trainer):
         self.n_train, self.n_test, self.lr_scale = n_train, n_test, lr_scale
         self.amp_dtype, self.use_scaler = amp_settings(device, config.torch.amp)
 
+    def versions(self) -> dict:
+        # Epoch and elastic runs on GPUs alike record them.
+        if self.device.type != "cuda":
+            return {}
+        return {"cuda": torch.version.cuda,
+                "nccl": ".".join(str(part) for part in torch.cuda.nccl.version())}
+
     def set_lr(self, lr: float) -> None:
         set_lr(self.optimizer, lr)
 
@@ -221,12 +228,6 @@ class EpochTrainer(TorchTrainer):
 
     def summary_fields(self) -> dict:
         return {**super().summary_fields(), "nccl": self.nccl}
-
-    def versions(self) -> dict:
-        if self.device.type != "cuda":
-            return {}
-        return {"cuda": torch.version.cuda,
-                "nccl": ".".join(str(part) for part in torch.cuda.nccl.version())}
 
 
 def run(config: RunConfig) -> dict:
