@@ -9,6 +9,7 @@ SHM form too). The trainer's hook needs a GPU; these test what it calls."""
 
 import json
 import os
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -93,6 +94,18 @@ def test_a_single_host_run_connects_without_the_network():
     assert record["between_hosts"] is False
     assert nccl_report.report_lines(record) == [
         "nccl: one host, no network (P2P/CUMEM, P2P/IPC, SHM)"]
+
+
+def test_what_nccl_printed_on_a_gpu_with_no_infiniband():
+    """NCCL 2.28.9's own output (torch 2.11's wheel), one rank on an H200 with
+    the InfiniBand libraries but no device: "NET/IB : Using" is printed with
+    no device before IB is given up, then sockets on lo."""
+    text = (Path(__file__).parent / "fixtures" / "nccl-2.28.9-one-rank-no-ib.log").read_text()
+    assert parse(text) == {"version": "2.28.9+cuda13.0", "network": "Socket",
+                           "devices": ["lo 127.0.0.1"], "transports": []}
+    record = run_record([rank(text, "vm")])
+    assert nccl_report.report_lines(record) == ["nccl: one host, no network (no connections)"]
+    assert record["warning"] is None
 
 
 def test_a_plugin_network_and_timestamped_lines():
