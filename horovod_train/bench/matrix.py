@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from horovod_train.bench import scaling_tables
-from horovod_train.core import options, runtime
+from horovod_train.core import mnist, options, runtime
 from horovod_train.core.errors import ArgumentParser, RunFailed, UserError, run_main
 from horovod_train.core.runtime import command_output
 from horovod_train.launch.hosts import Host, host_list, is_local, read_hostfile
@@ -51,25 +51,49 @@ def parse_layouts(text: str) -> list[tuple[int, int]]:
 
 # --- hosts -------------------------------------------------------------------
 
-def layout_hosts(nodes: int, per_node: int, hosts: list[str] | None,
-                 hostfile_dir: Path) -> list[str]:
+def layout_hosts(args, nodes: int, per_node: int) -> list[str]:
     """The node names of a layout: the first N of --hosts, or those of
-    hostfiles/NxG, checked to have the slots the layout needs."""
-    if hosts:
-        if len(hosts) < nodes:
-            raise UserError(f"needs {nodes} hosts, --hosts gives {len(hosts)}")
-        return hosts[:nodes]
-    path = hostfile_dir / scaling_tables.layout_name(nodes, per_node)
-    if not path.is_file():
-        raise UserError(f"no hostfile {path}")
-    listed = read_hostfile(path)
-    if len(listed) < nodes:
-        raise UserError(f"{path} lists {len(listed)} hosts, the layout needs {nodes}")
-    for host in listed[:nodes]:
-        if host.slots < per_node:
-            raise UserError(f"{path}: {host.name} has {host.slots} slots, "
-                            f"the layout needs {per_node}")
-    return [host.name for host in listed[:nodes]]
+    hostfiles/NxG, checked to have the slots the layout needs. Hostfile
+    names this machine cannot resolve (the emulated a and b, typed bare on
+    one machine) leave a one-node layout to this machine and stop a
+    larger one with a line saying how to run it; with --emulate the names
+    resolve on host a, where the launchers run."""
+    if args.hosts:
+        if len(args.hosts) < nodes:
+            raise UserError(f"needs {nodes} hosts, --hosts gives {len(args.hosts)}")
+        names = args.hosts[:nodes]
+    else:
+        path = args.hostfile_dir / scaling_tables.layout_name(nodes, per_node)
+        if not path.is_file():
+            raise UserError(f"no hostfile {path}")
+        listed = read_hostfile(path)
+        if len(listed) < nodes:
+            raise UserError(f"{path} lists {len(listed)} hosts, the layout needs {nodes}")
+        for host in listed[:nodes]:
+            if host.slots < per_node:
+                raise UserError(f"{path}: {host.name} has {host.slots} slots, "
+                                f"the layout needs {per_node}")
+        names = [host.name for host in listed[:nodes]]
+        unknown = [] if args.emulate else [name for name in names if not resolves(name)]
+        if unknown and nodes == 1:
+            names = ["localhost"]
+        elif unknown:
+            raise UserError(
+                f"needs {nodes} nodes, and {path.name} names {', '.join(unknown)}, unknown here: "
+                f"name your nodes with --hosts, list them in {path}, or emulate two hosts on "
+                "this machine with --emulate")
+    if all(is_local(name) for name in names) and args.device == "cuda" and per_node > args.gpus:
+        raise UserError(f"needs {per_node} GPUs per node, this machine has {args.gpus} "
+                        "(NCCL takes one GPU per rank)")
+    return names
+
+
+def resolves(name: str) -> bool:
+    try:
+        socket.getaddrinfo(name, None)
+    except (OSError, UnicodeError):
+        return False
+    return True
 
 
 # --- commands ----------------------------------------------------------------
@@ -212,17 +236,21 @@ def check_reachable(args, hosts: list[str]) -> None:
         raise failure(lines[-1].removeprefix("hosts: error: "))
 
 
-def run_once(args, launcher: str, nodes: int, per_node: int, repeat: int, out_dir: Path,
+def new_run(args, launcher: str, nodes: int, per_node: int, repeat: int,
+            reason: str | None = None, hosts: list[str] | None = None) -> dict:
+    """A run's record, failed until it reports its figures."""
+    return {"layout": scaling_tables.layout_name(nodes, per_node), "nodes": nodes,
+            "ranks_per_node": per_node, "ranks": nodes * per_node, "hosts": hosts,
+            "launcher": launcher, "repeat": repeat, "status": "failed", "reason": reason,
+            "oversubscribed": oversubscribed(args, nodes, per_node)}
+
+
+def run_once(args, launcher: str, hosts: list[str], per_node: int, repeat: int, out_dir: Path,
              port: int) -> dict:
-    layout = scaling_tables.layout_name(nodes, per_node)
-    run = {"layout": layout, "nodes": nodes, "ranks_per_node": per_node,
-           "ranks": nodes * per_node, "launcher": launcher, "repeat": repeat,
-           "status": "failed", "reason": None,
-           "oversubscribed": oversubscribed(args, nodes, per_node)}
-    run_dir = out_dir / "runs" / f"{layout}-{launcher}-{repeat}"
+    run = new_run(args, launcher, len(hosts), per_node, repeat, hosts=hosts)
+    run_dir = out_dir / "runs" / f"{run['layout']}-{launcher}-{repeat}"
     run_dir.mkdir(parents=True, exist_ok=True)
     try:
-        hosts = layout_hosts(nodes, per_node, args.hosts, args.hostfile_dir)
         check_reachable(args, hosts)
     except (UserError, RunFailed, subprocess.TimeoutExpired) as err:
         run["reason"] = str(err)
@@ -345,20 +373,28 @@ def run_matrix(args) -> dict:
                "settings": settings(args), "environment": environment(args), "runs": []}
     port = 29400 + os.getpid() % 500  # torchrun rendezvous; a new one per run below
     for nodes, per_node in layouts:
+        layout = scaling_tables.layout_name(nodes, per_node)
+        try:
+            hosts = layout_hosts(args, nodes, per_node)
+        except UserError as err:
+            # One line for the layout; a failed run per launcher for the tables.
+            print(f"{layout}: not run: {err}", flush=True)
+            results["runs"] += [new_run(args, launcher, nodes, per_node, 0, reason=str(err))
+                                for launcher in args.launchers]
+            continue
         # The launchers take turns, repeat by repeat, so that a slow spell of
         # a shared machine falls on both and their ratio stays fair.
         for repeat in range(args.repeats):
             for launcher in args.launchers:
                 port += 1
-                run = run_once(args, launcher, nodes, per_node, repeat, args.out_dir, port)
+                run = run_once(args, launcher, hosts, per_node, repeat, args.out_dir, port)
                 results["runs"].append(run)
                 print(progress_line(run), flush=True)
                 if run["status"] == "ok":
                     results["settings"]["parameters"] = run["parameters"]
                     results["settings"]["gradient_bytes"] = run["gradient_bytes"]
-            if any((run["reason"] or "").startswith(("no hostfile", "hostfile ", "needs "))
-                   for run in results["runs"][-len(args.launchers):]):
-                break  # the layout's hosts are missing: every repeat would fail the same way
+            if all("wall_time_s" not in run for run in results["runs"][-len(args.launchers):]):
+                break  # no run started (hosts unreachable): every repeat would fail the same way
         results["rows"] = scaling_tables.summarize(results["runs"], layouts, args.launchers)
         scaling_tables.write_outputs(args.out_dir, results, args.launchers)  # after each layout
     results["rows"] = scaling_tables.summarize(results["runs"], layouts, args.launchers)
@@ -402,7 +438,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--warmup-steps", type=int, default=5)
     parser.add_argument("--steps", type=int, default=50, help="timed steps per run")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--data-dir", type=Path, default=REPO / "data")
+    parser.add_argument("--data-dir", type=Path, default=REPO / "data",
+                        help="MNIST in the torchvision layout (MNIST/raw/), downloaded there "
+                             "first when missing")
     parser.add_argument("--controller", choices=["auto", "gloo", "mpi"], default="auto",
                         help="horovodrun's controller; auto (the default): Gloo for the "
                              "resnets on several CPU hosts, whose gradients it moves faster "
@@ -489,6 +527,9 @@ def emulated_cluster(args) -> bool:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
+    if args.workload == "mnist":
+        # Once, here, before any run: the timed runs never download.
+        mnist.ensure_available(args.data_dir, ["train", "test"])
     detect_device(args)
     brought_up = emulated_cluster(args) if args.emulate else False
     try:

@@ -6,6 +6,7 @@ four files written. The tiny matrix runs for real on the emulated hosts
 import csv
 import json
 import subprocess
+from types import SimpleNamespace
 
 import pytest
 from conftest import BIN, REPO
@@ -34,20 +35,44 @@ def test_the_controller_is_gloo_for_big_gradients_across_cpu_hosts_unless_one_is
     assert matrix.controller(args, nodes) == "mpi"
 
 
+def layout_args(hostfile_dir, hosts=None, emulate=True, device="cpu", gpus=0):
+    return SimpleNamespace(hostfile_dir=hostfile_dir, hosts=hosts, emulate=emulate,
+                           device=device, gpus=gpus)
+
+
 def test_a_layout_needs_its_slots(tmp_path):
     (tmp_path / "2x4").write_text("a slots=4\nb slots=2\n")
     (tmp_path / "2x2").write_text("# two nodes\na slots=4\n\nb slots=2  # b\nc slots=2\n")
     (tmp_path / "2x1").write_text("a\nb\n")  # hosts alone: one slot each
     (tmp_path / "1x1").write_text("a slots=1\nb slot=1\n")
+    args = layout_args(tmp_path)  # --emulate: a and b resolve on host a
     with pytest.raises(UserError, match="b has 2 slots, the layout needs 4"):
-        matrix.layout_hosts(2, 4, None, tmp_path)
+        matrix.layout_hosts(args, 2, 4)
     with pytest.raises(UserError, match="no hostfile"):
-        matrix.layout_hosts(1, 2, None, tmp_path)
+        matrix.layout_hosts(args, 1, 2)
     with pytest.raises(UserError, match=f"hostfile {tmp_path}/1x1:2: cannot read 'b slot=1'"):
-        matrix.layout_hosts(1, 1, None, tmp_path)
-    assert matrix.layout_hosts(2, 2, None, tmp_path) == ["a", "b"]
-    assert matrix.layout_hosts(2, 1, None, tmp_path) == ["a", "b"]
-    assert matrix.layout_hosts(2, 4, ["x", "y", "z"], tmp_path) == ["x", "y"]
+        matrix.layout_hosts(args, 1, 1)
+    assert matrix.layout_hosts(args, 2, 2) == ["a", "b"]
+    assert matrix.layout_hosts(args, 2, 1) == ["a", "b"]
+    assert matrix.layout_hosts(layout_args(tmp_path, hosts=["x", "y", "z"]), 2, 4) == ["x", "y"]
+
+
+def test_on_one_machine_the_hostfiles_unknown_hosts_leave_one_node_layouts_to_it():
+    """The shipped hostfiles name the emulated a and b, unknown outside
+    them: typed bare, one-node layouts run here, two-node ones say how."""
+    args = layout_args(REPO / "hostfiles", emulate=False)
+    assert not matrix.resolves("a")
+    assert matrix.layout_hosts(args, 1, 1) == ["localhost"]
+    assert matrix.layout_hosts(args, 1, 2) == ["localhost"]
+    with pytest.raises(UserError) as refused:
+        matrix.layout_hosts(args, 2, 2)
+    assert str(refused.value) == (
+        f"needs 2 nodes, and 2x2 names a, b, unknown here: name your nodes with --hosts, list "
+        f"them in {REPO}/hostfiles/2x2, or emulate two hosts on this machine with --emulate")
+    # On GPUs a node's ranks each need a GPU (NCCL refuses two ranks on one).
+    with pytest.raises(UserError, match="^needs 2 GPUs per node, this machine has 1"):
+        matrix.layout_hosts(layout_args(REPO / "hostfiles", emulate=False, device="cuda",
+                                        gpus=1), 1, 2)
 
 
 @pytest.mark.parametrize("argv, message", [

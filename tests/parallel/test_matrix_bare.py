@@ -1,0 +1,55 @@
+"""benchmarks/run_matrix.sh typed bare on one machine, in a fresh copy of
+the checkout (its tracked files, the environment set up, MNIST in data/):
+the one-node layouts run on this machine, each two-node layout gets one line
+saying how to run it, and the tables say the same."""
+
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+from conftest import BIN, REPO
+
+
+def fresh_checkout(dest):
+    """What a clone of this checkout holds (its tracked files, as they are
+    now), with the environment setup made (.venv)."""
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True,
+                            check=True).stdout.decode().split("\0")
+    for name in filter(None, listed):
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / name, dest / name)
+    (dest / ".venv").symlink_to(BIN.parent)
+    return dest
+
+
+@pytest.mark.slow
+def test_the_matrix_typed_bare_on_one_machine(mnist_dir, tmp_path):
+    checkout = fresh_checkout(tmp_path / "checkout")
+    shutil.copytree(mnist_dir, checkout / "data")
+    result = subprocess.run(["benchmarks/run_matrix.sh"], cwd=checkout, capture_output=True,
+                            text=True, timeout=600,
+                            env={"PATH": os.environ["PATH"], "HOME": str(tmp_path)})
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    for layout in ("2x2", "2x4"):
+        said = [line for line in lines if line.startswith(f"{layout}:")]
+        assert said == [
+            f"{layout}: not run: needs 2 nodes, and {layout} names a, b, unknown here: name your "
+            f"nodes with --hosts, list them in {checkout}/hostfiles/{layout}, or emulate two "
+            "hosts on this machine with --emulate"], lines
+
+    (out,) = (checkout / "runs" / "benchmarks").iterdir()
+    results = json.loads((out / "results.json").read_text())
+    runs = {(r["layout"], r["launcher"], r["repeat"]): r for r in results["runs"]}
+    for layout in ("1x1", "1x2"):
+        for launcher in ("horovod", "ddp"):
+            for repeat in range(3):
+                run = runs[(layout, launcher, repeat)]
+                assert run["status"] == "ok", run["reason"]
+                assert run["hosts"] == ["localhost"]
+    rows = {row["layout"]: row for row in results["rows"]}
+    assert rows["2x2"]["status"] == "failed"
+    assert rows["2x2"]["reason"].startswith("needs 2 nodes, and 2x2 names a, b, unknown here")
+    assert "needs 2 nodes" in (out / "scaling.md").read_text()
