@@ -338,9 +338,14 @@ class Run:
         return json.loads((self.log_dir / "summary.json").read_text())
 
     @property
+    def lines(self) -> list[dict]:
+        return [json.loads(line)
+                for line in (self.log_dir / "metrics.jsonl").read_text().splitlines()]
+
+    @property
     def epochs(self) -> list[dict]:
-        lines = (self.log_dir / "metrics.jsonl").read_text().splitlines()
-        return [json.loads(line) for line in lines]
+        """The epochs' lines (--log-interval's lines have a batch)."""
+        return [line for line in self.lines if "batch" not in line]
 
 
 def horovodrun(launch: list[str], trainer_args: list[str], log_dir: Path, host: str | None = None,

@@ -63,6 +63,8 @@ class Outputs:
     no_progress: bool
     progress_every: float
     """Seconds between progress lines where stderr is not a terminal."""
+    log_interval: int | None
+    """Rank 0's batch loss every N batches, in metrics.jsonl and on the console; None: off."""
 
 
 @dataclass(frozen=True)

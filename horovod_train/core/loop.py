@@ -121,9 +121,11 @@ class Trainer(abc.ABC):
 def train_epoch(train_batch: Callable[[Any, Any], BatchSums], set_lr: Callable[[float], None],
                 batches: Iterable, lr_at: Callable[[int], float], first_step: int = 0,
                 batches_per_step: int = 1,
-                after_batch: Callable[[], None] = no_op) -> tuple[float, float, int]:
+                after_batch: Callable[[int, Any, int], None] = no_op
+                ) -> tuple[float, float, int]:
     """Train on `batches`; returns this rank's loss sum, correct count and
-    images. The sums stay on the device until this returns."""
+    images. The sums stay on the device until this returns; after_batch gets
+    the batch's index, loss sum and images."""
     loss_sum = correct = 0
     count = 0
     for i, (images, labels) in enumerate(batches):
@@ -132,7 +134,7 @@ def train_epoch(train_batch: Callable[[Any, Any], BatchSums], set_lr: Callable[[
         loss_sum = loss_sum + batch_loss
         correct = correct + batch_correct
         count += images_in_batch
-        after_batch()
+        after_batch(i, batch_loss, images_in_batch)
     return float(loss_sum), float(correct), count
 
 
@@ -163,19 +165,27 @@ def write_epoch(rt, log: metrics.MetricsLog, trainer: Trainer, record: dict) -> 
 
 def train_one_epoch(trainer: Trainer, epoch: int, lr_at: Callable[[int], float],
                     steps_per_epoch: int, config: RunConfig, is_root: bool,
-                    dog) -> tuple[float, float, int, float]:
+                    dog, log: metrics.MetricsLog) -> tuple[float, float, int, float]:
     """One epoch of training, with rank 0's progress and the watchdog's
-    heartbeat after every batch: this rank's loss sum, correct count, images
-    and seconds."""
+    heartbeat after every batch, and rank 0's loss every --log-interval
+    batches: this rank's loss sum, correct count, images and seconds."""
     trainer.start_epoch(epoch)
-    bar = console.progress(trainer.batches_per_epoch,
-                           f"epoch {epoch + 1}/{config.schedule.epochs}",
+    batches = trainer.batches_per_epoch
+    bar = console.progress(batches, f"epoch {epoch + 1}/{config.schedule.epochs}",
                            enabled=is_root and not config.outputs.no_progress,
                            every_s=config.outputs.progress_every)
+    interval = config.outputs.log_interval if is_root else None
 
-    def after_batch():
+    def after_batch(i: int, batch_loss, images: int):
         bar.update()
         dog.beat()
+        if interval and (i + 1) % interval == 0:
+            # The loss of rank 0's own batch, as upstream's examples print it.
+            record = {"epoch": epoch + 1, "batch": i + 1, "batches": batches,
+                      "train_loss": float(batch_loss) / images,
+                      "lr": lr_at(epoch * steps_per_epoch + i // trainer.batches_per_step)}
+            log.log_batch(record, step=epoch * batches + i + 1)
+            console.say(metrics.format_batch(record))
 
     tic = time.perf_counter()
     loss_sum, correct, count = train_epoch(
@@ -195,7 +205,8 @@ def fit(config: RunConfig, rt, trainer: Trainer, epochs_done: int, started: floa
     counts from it)."""
     schedule = config.schedule
     steps_per_epoch = trainer.batches_per_epoch // trainer.batches_per_step
-    log = metrics.MetricsLog(config.outputs.log_dir, enabled=rt.is_root, epochs_done=epochs_done)
+    log = metrics.MetricsLog(config.outputs.log_dir, enabled=rt.is_root, epochs_done=epochs_done,
+                             batches_per_epoch=trainer.batches_per_epoch)
     # Rank 0 records them (a few subprocesses); the others' summaries are not written.
     versions = ({**runtime.versions(FRAMEWORK_MODULES.get(trainer.framework, trainer.framework)),
                  **trainer.versions()} if rt.is_root else {})
@@ -219,7 +230,7 @@ def fit(config: RunConfig, rt, trainer: Trainer, epochs_done: int, started: floa
     with watchdog.watching(stall_limit, rt.rank, rt.hostname, trainer.allgather_object) as dog:
         for epoch in range(epochs_done, schedule.epochs):
             loss_sum, correct, count, epoch_seconds = train_one_epoch(
-                trainer, epoch, lr_at, steps_per_epoch, config, rt.is_root, dog)
+                trainer, epoch, lr_at, steps_per_epoch, config, rt.is_root, dog, log)
             images_seen += count
             step_seconds += epoch_seconds
 

@@ -3,6 +3,7 @@ summary of the whole run. Times follow the one definition that every
 trainer's --help states (options.TIMES_EPILOG)."""
 
 import collections
+import datetime
 import json
 import os
 import socket
@@ -28,8 +29,12 @@ class TensorBoardScalars:
     def __init__(self, log_dir: Path):
         log_dir.mkdir(parents=True, exist_ok=True)
         name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}"
+        path, copy = log_dir / name, 1
+        while path.exists():  # the same process again within the second (an elastic reset)
+            copy += 1
+            path = log_dir / f"{name}.{copy}"
         # Unbuffered, as metrics.jsonl: nothing left to fail again at exit.
-        self.file = open(log_dir / name, "wb", buffering=0)  # noqa: SIM115 - closed by close()
+        self.file = open(path, "wb", buffering=0)  # noqa: SIM115 - closed by close()
         self.records = RecordWriter(self.file)
         self._write(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2"))
 
@@ -45,33 +50,71 @@ class TensorBoardScalars:
         self.file.close()
 
 
-class MetricsLog:
-    """Per-epoch metrics as JSON lines and TensorBoard scalars. Only rank 0
-    makes one; the others pass enabled=False and it does nothing."""
+# The earlier runs' records, each set aside into a folder of its own when a
+# new run starts in the same --log-dir: TensorBoard pointed at the log dir
+# lists each run apart.
+EARLIER_DIR = "earlier"
+TENSORBOARD_DIR = "tensorboard"
+# Lines every N batches (--log-interval) are scalars under this prefix, their
+# step the batch counted from the run's start; the epochs' scalars count epochs.
+BATCH_TAGS = "batch/"
+# The log dirs this process opened: opened again (an elastic run after a
+# reset) it is the same run going on, never a new one.
+_OPENED: set[Path] = set()
 
-    def __init__(self, log_dir: str | os.PathLike, enabled: bool, epochs_done: int = 0):
-        """A run resumed after `epochs_done` epochs keeps their lines and
-        drops any later one: a run stopped between an epoch's line and its
-        checkpoint trains that epoch again, and logs it once."""
+
+class MetricsLog:
+    """Per-epoch metrics as JSON lines and TensorBoard scalars, and with
+    --log-interval a line every N batches. Only rank 0 makes one; the others
+    pass enabled=False and it does nothing."""
+
+    def __init__(self, log_dir: str | os.PathLike, enabled: bool, epochs_done: int = 0,
+                 batches_per_epoch: int = 1):
+        """A new run (no epoch done) sets an earlier run's records aside
+        (set_aside_earlier); a run resumed after `epochs_done` epochs keeps
+        their lines and scalars and drops any later one: a run stopped
+        between an epoch's line and its checkpoint trains that epoch again,
+        and logs it once."""
         self.enabled = enabled
         if not enabled:
             return
-        path = Path(log_dir) / METRICS_NAME
-        if epochs_done and path.exists():
+        log_dir = Path(log_dir)
+        path = log_dir / METRICS_NAME
+        mode = "ab"
+        if epochs_done == 0 and log_dir.resolve() not in _OPENED:
+            moved = set_aside_earlier(log_dir)
+            if moved:
+                say(f"the earlier run's records in {log_dir} moved to {moved}")
+        elif epochs_done == 0:
+            mode = "wb"  # an elastic reset before the first epoch's line: nothing to keep
+            trim_events(log_dir / TENSORBOARD_DIR, 0, 0)
+        elif path.exists():
             kept = [line for line in path.read_text().splitlines(keepends=True)
                     if line.endswith("\n") and json.loads(line)["epoch"] <= epochs_done]
             atomic_write_bytes(path, "".join(kept).encode())
+            trim_events(log_dir / TENSORBOARD_DIR, epochs_done, epochs_done * batches_per_epoch)
+        _OPENED.add(log_dir.resolve())
+        log_dir.mkdir(parents=True, exist_ok=True)
         # Unbuffered: a line is on disk once written, and a write that fails
         # leaves nothing in a buffer to fail once more when the file closes.
-        self.jsonl = open(path, "ab" if epochs_done else "wb", buffering=0)  # noqa: SIM115
-        self.tensorboard = TensorBoardScalars(log_dir / "tensorboard")
+        self.jsonl = open(path, mode, buffering=0)  # noqa: SIM115
+        self.tensorboard = TensorBoardScalars(log_dir / TENSORBOARD_DIR)
 
     def log_epoch(self, record: dict) -> None:
         """Append the epoch's line and scalars. A write that fails (a full
         disk) is a one-line UserError naming the file; a line it cut short
         has no newline, and a resumed run drops it."""
+        self._log(record, "", record["epoch"])
+
+    def log_batch(self, record: dict, step: int) -> None:
+        """A --log-interval line (its epoch, batch and loss) and its scalars at
+        `step`, the batch counted from the run's start."""
+        self._log(record, BATCH_TAGS, step)
+
+    def _log(self, record: dict, tag_prefix: str, step: int) -> None:
         if not self.enabled:
             return
+        record = {**record, "time_utc": utc_now()}
         try:
             line = memoryview((json.dumps(record, sort_keys=True) + "\n").encode())
             while line:  # a raw write may take part of the line; the rest fails if the disk is full
@@ -80,8 +123,8 @@ class MetricsLog:
             raise UserError(f"cannot write {self.jsonl.name}: {err.strerror or err}") from None
         try:
             for key, value in record.items():
-                if key != "epoch" and isinstance(value, int | float):
-                    self.tensorboard.add_scalar(key, value, record["epoch"])
+                if key not in ("epoch", "batch") and isinstance(value, int | float):
+                    self.tensorboard.add_scalar(tag_prefix + key, value, step)
         except OSError as err:
             raise UserError(f"cannot write {self.tensorboard.file.name}: "
                             f"{err.strerror or err}") from None
@@ -90,6 +133,62 @@ class MetricsLog:
         if self.enabled:
             self.jsonl.close()
             self.tensorboard.close()
+
+
+def utc_now() -> str:
+    """metrics.jsonl's timestamps: ISO 8601, UTC, to the millisecond."""
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
+
+
+def set_aside_earlier(log_dir: Path) -> Path | None:
+    """Move an earlier run's metrics.jsonl, summary.json and TensorBoard
+    events into LOG_DIR/earlier/<its last write, UTC>/; where it went, or
+    None when there was none. Checkpoints stay (--resume reads them)."""
+    records = [log_dir / name for name in (METRICS_NAME, SUMMARY_NAME, TENSORBOARD_DIR)
+               if (log_dir / name).exists()]
+    if not records:
+        return None
+    last_write = max(path.stat().st_mtime for path in records)
+    stamp = datetime.datetime.fromtimestamp(last_write, datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+    target = log_dir / EARLIER_DIR / stamp
+    suffix = 1
+    while target.exists():
+        suffix += 1
+        target = log_dir / EARLIER_DIR / f"{stamp}-{suffix}"
+    try:
+        target.mkdir(parents=True)
+        for path in records:
+            os.replace(path, target / path.name)
+    except OSError as err:
+        raise UserError(f"cannot set the earlier run's records in {log_dir} aside into "
+                        f"{target}: {err.strerror or err}") from None
+    return target
+
+
+def trim_events(directory: Path, epochs_done: int, batches_done: int) -> None:
+    """Drop the scalars of epochs after `epochs_done` (and of batches after
+    `batches_done`) from the event files in `directory`, so that a resumed
+    run shows each epoch once. Each file is rewritten whole and replaced."""
+    from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
+
+    def kept(event) -> bool:
+        tags = [value.tag for value in event.summary.value]
+        if not tags:
+            return True  # the file's version, and the like
+        last = batches_done if tags[0].startswith(BATCH_TAGS) else epochs_done
+        return event.step <= last
+
+    for path in sorted(directory.glob("events.out.tfevents.*")):
+        records = list(RawEventFileLoader(str(path)).Load())
+        keep = [r for r in records if kept(event_pb2.Event.FromString(r))]
+        if len(keep) == len(records):
+            continue
+        temporary = path.with_name(f".{path.name}.trim")
+        with open(temporary, "wb") as out:
+            writer = RecordWriter(out)
+            for record in keep:
+                writer.write(record)
+        os.replace(temporary, path)
 
 
 # How the first line names what summary.json's "versions" holds.
@@ -140,6 +239,12 @@ def epoch_record(epoch: int, lr: float, train_sums: list[float], test_metrics: d
         "images_per_sec": rate,
         "epoch_time_s": epoch_seconds,
     }
+
+
+def format_batch(record: dict) -> str:
+    """A --log-interval line: "epoch 1 [640/3750 batches, 17%] loss 0.412"."""
+    return (f"epoch {record['epoch']} [{record['batch']}/{record['batches']} batches, "
+            f"{100 * record['batch'] / record['batches']:.0f}%] loss {record['train_loss']:.4f}")
 
 
 def format_epoch(record: dict) -> str:

@@ -144,6 +144,10 @@ def base_parser(prog: str, description: str) -> argparse.ArgumentParser:
                          metavar="SECONDS",
                          help="where stderr is not a terminal (a log, horovodrun), progress is "
                               "a line from rank 0 at most every SECONDS instead of a bar")
+    outputs.add_argument("--log-interval", type=positive_int, default=None, metavar="N",
+                         help="also a line every N batches, in metrics.jsonl and on the "
+                              "console: the loss of rank 0's last batch (upstream's examples "
+                              "print one every 10 batches unasked; here only when asked)")
     parser.add_argument("--check-options", action="store_true",
                         help="check the options, print the run's configuration as JSON and "
                              "exit, starting nothing (a Slurm job checks its trainer's options "

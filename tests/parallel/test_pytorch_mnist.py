@@ -12,6 +12,8 @@ import time
 
 import pytest
 from conftest import BIN, REPO, TRAINER, assert_trained, horovodrun
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.backend.event_processing.event_multiplexer import EventMultiplexer
 
 from horovod_train.torch import checkpoint
 
@@ -73,6 +75,10 @@ def test_a_run_interrupted_after_epoch_2_resumes_to_the_same_weights(mnist_dir, 
     assert f"resuming after epoch {saved}" in second.output
     assert second.summary["resumed_after_epoch"] == saved
     assert [e["epoch"] for e in second.epochs] == [1, 2, 3]
+    # TensorBoard reads each epoch once, epoch 2 too if it was trained twice.
+    events = EventAccumulator(str(log_dir / "tensorboard"))
+    events.Reload()
+    assert [s.step for s in events.Scalars("test_accuracy")] == [1, 2, 3]
     # Same data order, dropout draws, momentum and schedule: the same weights.
     assert second.summary["weights_digest"] == whole.summary["weights_digest"]
 
@@ -87,6 +93,23 @@ def test_resume_without_a_checkpoint_says_so_and_starts_from_epoch_1(small_mnist
     assert f"note: --resume found no checkpoint at {checkpoint_file}; starting from epoch 1" \
         in run.output
     assert [e["epoch"] for e in run.epochs] == [1]
+
+    # The same command again, without --resume: a run of its own beside the first
+    # in TensorBoard, and with --log-interval a line every 10 batches.
+    again = horovodrun(["-np", "1", "-H", "localhost:1", "--gloo"],
+                       ["--data-dir", str(small_mnist_dir), "--no-download", "--epochs", "1",
+                        "--log-interval", "10"], tmp_path / "run")
+    assert again.returncode == 0, again.output[-3000:]
+    (earlier,) = (tmp_path / "run" / "earlier").iterdir()
+    assert f"the earlier run's records in {tmp_path / 'run'} moved to {earlier}" in again.output
+    runs = EventMultiplexer().AddRunsFromDirectory(str(tmp_path / "run"))
+    runs.Reload()
+    assert sorted(runs.Runs()) == [f"earlier/{earlier.name}/tensorboard", "tensorboard"]
+    batches = [line for line in again.lines if "batch" in line]
+    assert [b["batch"] for b in batches] == [10, 20]  # 1,600 digits, 64 a batch: 25 batches
+    assert all("time_utc" in line for line in again.lines)
+    assert re.search(r"^\[0\]<stdout>:epoch 1 \[10/25 batches, 40%\] loss \d\.\d{4}$",
+                     again.output, re.MULTILINE), again.output[-2000:]
     assert checkpoint_file.exists()  # and the next --resume finds this one
 
 

@@ -207,7 +207,8 @@ def test_a_resumed_run_goes_on_at_the_epochs_edge_as_an_uninterrupted_one(tmp_pa
     assert resumed["resumed_after_epoch"] == 2
     assert resumed["weights_digest"] == uninterrupted["weights_digest"]
     assert epoch_lines(second.config) == [
-        {**line, "epoch_time_s": mine["epoch_time_s"], "images_per_sec": mine["images_per_sec"]}
+        {**line, "epoch_time_s": mine["epoch_time_s"], "images_per_sec": mine["images_per_sec"],
+         "time_utc": mine["time_utc"]}
         for line, mine in zip(epoch_lines(whole.config), epoch_lines(second.config), strict=True)]
 
 

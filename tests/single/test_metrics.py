@@ -1,11 +1,13 @@
 """Rank 0's reports: JSON lines and TensorBoard scalars that TensorBoard
 itself reads back, and a summary whose totals are the sums of the ranks."""
 
+import datetime
 import json
 from types import SimpleNamespace
 
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.backend.event_processing.event_multiplexer import EventMultiplexer
 
 from horovod_train.core import metrics
 from horovod_train.core.errors import RunFailed, UserError
@@ -38,8 +40,10 @@ def test_metrics_log_writes_json_lines_and_tensorboard_scalars(tmp_path):
     assert "train_loss" in events.Tags()["scalars"]
 
 
-def test_a_full_disk_under_the_metrics_line_is_one_line_naming_the_file(tmp_path):
+def test_a_full_disk_under_the_metrics_line_is_one_line_naming_the_file(tmp_path, monkeypatch):
     (tmp_path / "metrics.jsonl").symlink_to("/dev/full")  # every write: no space left
+    # Opened as after an elastic reset: a new run would set the link aside.
+    monkeypatch.setattr(metrics, "_OPENED", {tmp_path.resolve()})
     log = metrics.MetricsLog(tmp_path, enabled=True)
     with pytest.raises(UserError) as err:
         log.log_epoch(record(1, 0.5))
@@ -72,11 +76,93 @@ def test_a_resumed_run_drops_epochs_its_checkpoint_does_not_hold(tmp_path):
         (1, 0.9), (2, 0.9), (3, 0.95)]
 
 
-def test_a_fresh_run_starts_a_new_log(tmp_path):
-    (tmp_path / "metrics.jsonl").write_text('{"epoch": 1}\n')
-    log = metrics.MetricsLog(tmp_path, enabled=True, epochs_done=0)
+@pytest.fixture
+def new_process(monkeypatch):
+    """Each MetricsLog after this call opens as a new process would (a new
+    run, or a resumed one), not as an elastic run's reset in the same one."""
+    def forget():
+        monkeypatch.setattr(metrics, "_OPENED", set())
+    return forget
+
+
+def scalar_steps(directory, tag):
+    events = EventAccumulator(str(directory))
+    events.Reload()
+    return [(s.step, round(s.value, 4)) for s in events.Scalars(tag)]
+
+
+def test_a_new_run_in_the_same_log_dir_sets_the_earlier_records_aside(tmp_path, new_process):
+    """TensorBoard pointed at the log dir then lists two runs; checkpoints stay."""
+    new_process()
+    log = metrics.MetricsLog(tmp_path, enabled=True)
+    log.log_epoch(record(1, 0.9))
     log.close()
-    assert (tmp_path / "metrics.jsonl").read_text() == ""
+    (tmp_path / "summary.json").write_text("{}\n")
+    (tmp_path / "checkpoints").mkdir()
+    new_process()
+    log = metrics.MetricsLog(tmp_path, enabled=True)
+    log.log_epoch(record(1, 0.8))
+    log.close()
+    (earlier,) = (tmp_path / "earlier").iterdir()
+    assert sorted(p.name for p in earlier.iterdir()) == ["metrics.jsonl", "summary.json",
+                                                         "tensorboard"]
+    assert json.loads((earlier / "metrics.jsonl").read_text())["test_accuracy"] == 0.9
+    assert json.loads((tmp_path / "metrics.jsonl").read_text())["test_accuracy"] == 0.8
+    assert (tmp_path / "checkpoints").is_dir() and not (tmp_path / "summary.json").exists()
+
+    runs = EventMultiplexer().AddRunsFromDirectory(str(tmp_path))
+    runs.Reload()
+    assert sorted(runs.Runs()) == [f"earlier/{earlier.name}/tensorboard", "tensorboard"]
+    assert scalar_steps(earlier / "tensorboard", "test_accuracy") == [(1, 0.9)]
+    assert scalar_steps(tmp_path / "tensorboard", "test_accuracy") == [(1, 0.8)]
+
+
+def test_an_elastic_reset_goes_on_with_the_same_records(tmp_path, new_process):
+    """Opened again by the same process (after a reset, no epoch done), the
+    log is the same run's: nothing set aside."""
+    new_process()
+    metrics.MetricsLog(tmp_path, enabled=True).close()
+    metrics.MetricsLog(tmp_path, enabled=True).close()
+    assert not (tmp_path / "earlier").exists()
+
+
+def test_a_resumed_run_shows_each_epoch_once_in_tensorboard(tmp_path, new_process):
+    """Stopped after epoch 3's scalars but before its checkpoint, resumed
+    after epoch 2: TensorBoard reads epoch 3 once, the new one; the batch
+    lines of --log-interval are trimmed the same way."""
+    new_process()
+    log = metrics.MetricsLog(tmp_path, enabled=True, batches_per_epoch=10)
+    for epoch in (1, 2, 3):
+        log.log_batch({"epoch": epoch, "batch": 5, "batches": 10, "train_loss": 0.5, "lr": 0.1},
+                      step=(epoch - 1) * 10 + 5)
+        log.log_epoch(record(epoch, 0.9))
+    log.close()
+    new_process()
+    log = metrics.MetricsLog(tmp_path, enabled=True, epochs_done=2, batches_per_epoch=10)
+    log.log_batch({"epoch": 3, "batch": 5, "batches": 10, "train_loss": 0.25, "lr": 0.1},
+                  step=25)
+    log.log_epoch(record(3, 0.95))
+    log.close()
+    assert scalar_steps(tmp_path / "tensorboard", "test_accuracy") == [
+        (1, 0.9), (2, 0.9), (3, 0.95)]
+    assert scalar_steps(tmp_path / "tensorboard", "batch/train_loss") == [
+        (5, 0.5), (15, 0.5), (25, 0.25)]
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [(line["epoch"], line.get("batch")) for line in lines] == [
+        (1, 5), (1, None), (2, 5), (2, None), (3, 5), (3, None)]
+
+
+def test_every_line_has_its_time(tmp_path, new_process):
+    new_process()
+    log = metrics.MetricsLog(tmp_path, enabled=True)
+    log.log_epoch(record(1, 0.9))
+    log.close()
+    stamp = json.loads((tmp_path / "metrics.jsonl").read_text())["time_utc"]
+    written = datetime.datetime.fromisoformat(stamp)
+    assert written.tzinfo == datetime.UTC
+    assert abs((datetime.datetime.now(datetime.UTC) - written).total_seconds()) < 60
+    assert metrics.format_batch({"epoch": 2, "batch": 30, "batches": 120, "train_loss": 0.41234}
+                                ) == "epoch 2 [30/120 batches, 25%] loss 0.4123"
 
 
 def test_disabled_log_writes_nothing(tmp_path):
