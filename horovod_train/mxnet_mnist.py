@@ -21,16 +21,33 @@ from horovod_train.core.errors import run_main  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
-    return options.base_parser("mxnet_mnist.py", "Train MNIST with MXNet and Horovod.")
+    parser = options.base_parser("mxnet_mnist.py", "Train MNIST with MXNet and Horovod.")
+    mxnet = parser.add_argument_group("mxnet")
+    mxnet.add_argument("--dtype", choices=("float32", "float16"), default="float32",
+                       help="upstream's training data type: float32, what this trainer "
+                            "trains in (float16 is refused: MXNet's CPU kernels, the only "
+                            "ones this environment's MXNet has, are float32)")
+    return parser
 
 
 def parse_args(argv: list[str]) -> RunConfig:
     parser = build_parser()
-    return options.finish(parser, parser.parse_args(argv), "mxnet")
+    args = parser.parse_args(argv)
+    if args.dtype != "float32":
+        parser.error(f"--dtype {args.dtype}: this MXNet trains in float32 only (a CPU build, "
+                     "whose kernels are float32); drop --dtype or give --dtype float32")
+    del args.dtype
+    return options.finish(parser, args, "mxnet")
 
 
-def main() -> int:
-    config = parse_args(sys.argv[1:])
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    config = parse_args(argv)
+    if config.launch.num_proc:
+        from horovod_train.launch import python_launcher
+
+        return python_launcher.start_ranks("horovod_train.mxnet_mnist", "mxnet_mnist.py", argv,
+                                           config.launch)
     from horovod_train.core import distributed, runtime
 
     # MXNet sizes its OpenMP pool when it is imported: share the cores first.

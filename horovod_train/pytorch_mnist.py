@@ -34,6 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
                                default="channels_last", help=options.MEMORY_FORMAT_HELP)
     torch_options.add_argument("--amp", choices=options.AMP_CHOICES, default="auto",
                                help=options.AMP_HELP)
+    torch_options.add_argument("--use-mixed-precision", action="store_true",
+                               help="upstream's name for --amp fp16 (autocast to float16 "
+                                    "with loss scaling; needs a GPU)")
     torch_options.add_argument("--label-smoothing", type=options.below_one, default=0.0,
                                metavar="EPS",
                                help="train against targets that give EPS of the probability "
@@ -75,13 +78,25 @@ def parse_args(argv: list[str]) -> RunConfig:
     if preset:
         parser.set_defaults(**PRESETS[preset])
     args = parser.parse_args(argv)
+    if args.use_mixed_precision:
+        if args.amp not in ("auto", "fp16"):
+            parser.error(f"--use-mixed-precision is --amp fp16: it does not combine with "
+                         f"--amp {args.amp}")
+        args.amp = "fp16"
+    del args.use_mixed_precision
     if args.data_pipeline is None:  # elastic runs refuse the loader
         args.data_pipeline = "loader" if args.benchmark_steps and not args.elastic else "memory"
     return options.finish(parser, args, "pytorch", MNIST_MODELS)
 
 
-def main() -> int:
-    config = parse_args(sys.argv[1:])
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    config = parse_args(argv)
+    if config.launch.num_proc:
+        from horovod_train.launch import python_launcher
+
+        return python_launcher.start_ranks("horovod_train.pytorch_mnist", "pytorch_mnist.py", argv,
+                                           config.launch)
     # Imported after parsing, so --help and option errors answer at once.
     from horovod_train.core import distributed
 

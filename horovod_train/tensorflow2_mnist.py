@@ -29,8 +29,14 @@ def parse_args(argv: list[str]) -> RunConfig:
     return options.finish(parser, parser.parse_args(argv), "tensorflow")
 
 
-def main() -> int:
-    config = parse_args(sys.argv[1:])
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    config = parse_args(argv)
+    if config.launch.num_proc:
+        from horovod_train.launch import python_launcher
+
+        return python_launcher.start_ranks("horovod_train.tensorflow2_mnist",
+                                           "tensorflow2_mnist.py", argv, config.launch)
     # TensorFlow's start-up INFO lines would drown each rank's output.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     # Imported after parsing, so --help and option errors answer at once.

@@ -42,6 +42,18 @@ class Horovod:
     """Combine gradients with Adasum instead of averaging."""
     stall_limit: float
     """Seconds without a finished step on some rank before the job ends; 0: off."""
+    gradient_predivide_factor: float
+    """Horovod's: gradients divided by it before the sum and by size/it after."""
+
+
+@dataclass(frozen=True)
+class Launch:
+    num_proc: int | None
+    """Ranks this command starts itself, through horovod.run; None: started by horovodrun."""
+    hosts: str | None
+    """host:slots[,host:slots...] for those ranks; None: this machine."""
+    communication: str | None
+    """gloo or mpi for those ranks; None: horovod.run's choice."""
 
 
 @dataclass(frozen=True)
@@ -124,6 +136,7 @@ class RunConfig:
     horovod: Horovod
     device: Device
     outputs: Outputs
+    launch: Launch
     torch: Torch | None = None
     benchmark: Benchmark | None = None
 
@@ -133,12 +146,16 @@ class RunConfig:
         is benchmark_steps), of the sections the run has."""
         record = {}
         for section in (self.data, self.schedule, self.horovod, self.device, self.outputs,
-                        self.torch, self.benchmark):
+                        self.launch, self.torch, self.benchmark):
             if section is not None:
                 record.update(dataclasses.asdict(section))
         if self.benchmark is not None:
             record["benchmark_steps"] = record.pop("steps")
         return {k: str(v) if isinstance(v, os.PathLike) else v for k, v in record.items()}
+
+
+# What horovodrun (over Gloo, over MPI) sets in each rank's environment.
+LAUNCHED_RANK = ("HOROVOD_RANK", "OMPI_COMM_WORLD_RANK")
 
 
 # Options that shape something a kind of run does not have, so that it
@@ -156,10 +173,13 @@ GIVEN = {
     "--target-accuracy": lambda c: c.schedule.target_accuracy is not None,
     "--label-smoothing": lambda c: c.torch.label_smoothing != 0,
     "--benchmark-steps": lambda c: c.benchmark.steps is not None,
+    "--num-proc": lambda c: c.launch.num_proc is not None,
 }
 REFUSED_BY = {
+    # An elastic job is horovodrun's (--host-discovery-script), not horovod.run's.
     "--elastic": ("--benchmark-steps", "--use-adasum", "--sync-bn",
-                  "--backward-passes-per-step", "--data-pipeline loader", "--target-accuracy"),
+                  "--backward-passes-per-step", "--data-pipeline loader", "--target-accuracy",
+                  "--num-proc"),
     "--benchmark-steps": ("--resume", "--use-adasum", "--sync-bn", "--backward-passes-per-step",
                           "--target-accuracy", "--label-smoothing"),
 }
@@ -173,7 +193,15 @@ def validate(config: RunConfig, framework: str, mnist_models: tuple[str, ...] = 
     `mnist_models` are the networks that take MNIST (the others take
     synthetic images only). The trainer checks once as it parses, and again
     with the placement once Horovod has started."""
-    horovod, torch, bench = config.horovod, config.torch, config.benchmark
+    horovod, torch, bench, launch = config.horovod, config.torch, config.benchmark, config.launch
+    if launch.num_proc is None and (launch.hosts or launch.communication):
+        return ("--hosts and --communication say where --num-proc starts its ranks: add "
+                "--num-proc N (or start the ranks with horovodrun)")
+    if launch.num_proc is not None and any(name in os.environ for name in LAUNCHED_RANK):
+        return "--num-proc starts the ranks itself: run the command without horovodrun"
+    if horovod.gradient_predivide_factor != 1.0 and horovod.use_adasum:
+        return ("--gradient-predivide-factor scales Horovod's averaging: it does not combine "
+                "with --use-adasum")
     if horovod.use_adasum and framework == "mxnet":
         return ("--use-adasum: Horovod's MXNet DistributedTrainer has no Adasum "
                 "(use the PyTorch or TensorFlow trainer)")

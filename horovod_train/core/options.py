@@ -124,6 +124,23 @@ def base_parser(prog: str, description: str) -> argparse.ArgumentParser:
                               "answering; 0: off. Not in --elastic runs, where Horovod Elastic "
                               "handles lost ranks")
 
+    horovod.add_argument("--gradient-predivide-factor", type=positive_float, default=1.0,
+                         metavar="F",
+                         help="Horovod's: divide gradients by F before summing them and by "
+                              "size/F after (the same average; F=size sums gradients of "
+                              "1/size, safer from overflow in fp16)")
+
+    launch = parser.add_argument_group(
+        "launch", "start the ranks from this command, through Horovod's Python launcher "
+        "(horovod.run), as upstream's examples do, instead of under horovodrun")
+    launch.add_argument("--num-proc", type=positive_int, default=None, metavar="N",
+                        help="start N ranks")
+    launch.add_argument("--hosts", default=None, metavar="HOST:SLOTS[,HOST:SLOTS...]",
+                        help="where (default: this machine); as horovodrun -H")
+    launch.add_argument("--communication", choices=("gloo", "mpi"), default=None,
+                        help="the controller (default: MPI where Open MPI is installed, "
+                             "else Gloo)")
+
     device = parser.add_argument_group("device")
     device.add_argument("--no-cuda", action="store_true", help="train on the CPU")
     device.add_argument("--threads", type=positive_int, default=None,
@@ -169,7 +186,7 @@ def finish(parser: argparse.ArgumentParser, args: argparse.Namespace, framework:
                                  for field in dataclasses.fields(section)})
                 for name, section in (("data", config.Data), ("schedule", config.Schedule),
                                       ("horovod", config.Horovod), ("device", config.Device),
-                                      ("outputs", config.Outputs))}
+                                      ("outputs", config.Outputs), ("launch", config.Launch))}
     if "model" in values:  # the PyTorch trainer's options
         values["steps"] = values.pop("benchmark_steps")
         sections["benchmark"] = config.Benchmark(**{

@@ -79,7 +79,8 @@ class MXNetTrainer(loop.Trainer):
         self.trainer = hvd.DistributedTrainer(
             self.params, "sgd", {"learning_rate": schedule.lr, "momentum": schedule.momentum},
             compression=(hvd.Compression.fp16 if config.horovod.fp16_allreduce
-                         else hvd.Compression.none))
+                         else hvd.Compression.none),
+            gradient_predivide_factor=config.horovod.gradient_predivide_factor)
         self.loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
         self.checkpoint_path = array_checkpoint.checkpoint_path(config.outputs.checkpoint_dir)
 

@@ -123,7 +123,9 @@ class TensorFlowTrainer(loop.Trainer):
             loss = self.loss_fn(labels, logits)
             # The mean is what is averaged across ranks; the sum is reported.
             mean_loss = loss / tf.cast(tf.shape(labels)[0], loss.dtype)
-        tape = hvd.DistributedGradientTape(tape, compression=self.compression, op=self.op)
+        tape = hvd.DistributedGradientTape(
+            tape, compression=self.compression, op=self.op,
+            gradient_predivide_factor=self.config.horovod.gradient_predivide_factor)
         gradients = tape.gradient(mean_loss, self.model.trainable_variables)
         self.optimizer.apply_gradients(zip(gradients, self.model.trainable_variables, strict=True))
         return loss, count_correct(logits, labels)

@@ -175,8 +175,9 @@ def run(config: RunConfig) -> dict:
     train_data = device_data.DeviceMnist(train_split, device)
     test_data = device_data.DeviceMnist(test_split, device)
     model = build_model(config.torch.model, config.torch.memory_format).to(device)
-    optimizer = distributed_optimizer(model, config.schedule.lr, config.schedule.momentum,
-                                      config.horovod.fp16_allreduce)
+    optimizer = distributed_optimizer(
+        model, config.schedule.lr, config.schedule.momentum, config.horovod.fp16_allreduce,
+        gradient_predivide_factor=config.horovod.gradient_predivide_factor)
     events = EventLog(config.outputs.log_dir)
 
     state = hvd.elastic.TorchState(model=model, optimizer=optimizer, epoch=0, samples_done=0,

@@ -113,7 +113,8 @@ def evaluation_batches(pipeline: str, split: mnist.Split, batch_size: int,
 
 
 def distributed_optimizer(model: nn.Module, lr: float, momentum: float, fp16_allreduce: bool,
-                          use_adasum: bool = False, backward_passes_per_step: int = 1):
+                          use_adasum: bool = False, backward_passes_per_step: int = 1,
+                          gradient_predivide_factor: float = 1.0):
     """SGD with momentum wrapped in Horovod's DistributedOptimizer: each
     gradient's allreduce starts from a backward hook as soon as it is ready,
     overlapping the rest of the backward pass; step() waits for them."""
@@ -124,6 +125,7 @@ def distributed_optimizer(model: nn.Module, lr: float, momentum: float, fp16_all
         compression=hvd.Compression.fp16 if fp16_allreduce else hvd.Compression.none,
         op=hvd.Adasum if use_adasum else hvd.Average,
         backward_passes_per_step=backward_passes_per_step,
+        gradient_predivide_factor=gradient_predivide_factor,
     )
 
 
@@ -247,7 +249,8 @@ def run(config: RunConfig) -> dict:
     scale = lr_schedule.lr_scale(rt.size, horovod.use_adasum, rt.local_size, on_cuda)
     optimizer = distributed_optimizer(model, schedule.lr, schedule.momentum,
                                       horovod.fp16_allreduce, horovod.use_adasum,
-                                      options.backward_passes_per_step)
+                                      options.backward_passes_per_step,
+                                      horovod.gradient_predivide_factor)
 
     epochs_done = 0
     if out.resume:

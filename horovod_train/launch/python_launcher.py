@@ -1,0 +1,88 @@
+"""A trainer that starts its own ranks, as Horovod's own examples do with
+--num-proc, --hosts and --communication: horovod.run (Horovod's Python
+launcher, horovodrun's machinery) starts each rank, which runs the trainer's
+main with the same options less those three.
+
+    python horovod_train/pytorch_mnist.py --num-proc 2 --communication gloo
+
+The hosts are checked as scripts/launch.sh checks them (hosts.py) before
+anything starts. Each rank returns the exit code its error line goes with
+(errors.py); the command exits with the worst of them."""
+
+import importlib
+import os
+import sys
+from pathlib import Path
+
+from horovod_train.core import config as run_config
+from horovod_train.core.console import say
+from horovod_train.core.errors import RunFailed, UserError, print_error
+from horovod_train.launch import hosts as host_checks
+
+REPO = Path(__file__).resolve().parents[2]  # the checkout
+
+# The options of this launch, each with a value, and how they are written.
+LAUNCH_OPTIONS = ("--num-proc", "--hosts", "--communication")
+
+
+def rank_argv(argv: list[str]) -> list[str]:
+    """The command line each rank runs: argv less the launch options."""
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in LAUNCH_OPTIONS:
+            skip = True
+        elif not arg.startswith(tuple(f"{option}=" for option in LAUNCH_OPTIONS)):
+            kept.append(arg)
+    return kept
+
+
+def start_ranks(trainer_module: str, prog: str, argv: list[str],
+                launch: run_config.Launch) -> int:
+    """Start launch.num_proc ranks of `trainer_module`'s main(argv) with
+    horovod.run; the worst exit code of the ranks."""
+    hosts = host_checks.parse_host_list(launch.hosts, "--hosts") if launch.hosts else None
+    if hosts:
+        host_checks.check_process_count(launch.num_proc, hosts, f"--hosts {launch.hosts}")
+        remote = [h.name for h in hosts if not host_checks.is_local(h.name)]
+        host_checks.check_reachable(remote, port=None, identity=None)
+    import horovod
+
+    # Each rank imports the trainer from this checkout, as a rank of
+    # horovodrun running the trainer's file does.
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    say(f"{prog}: starting {launch.num_proc} ranks through horovod.run "
+        f"(hosts {launch.hosts or 'this machine'}, {launch.communication or 'default'} "
+        "controller)")
+    try:
+        codes = horovod.run(run_rank, args=(trainer_module, prog, rank_argv(argv)),
+                            np=launch.num_proc, hosts=launch.hosts,
+                            use_gloo=launch.communication == "gloo",
+                            use_mpi=launch.communication == "mpi")
+    except (RuntimeError, ValueError) as err:
+        # A rank that ended without returning (killed, or Horovod's own abort).
+        lines = str(err).strip().splitlines() or [type(err).__name__]
+        raise RunFailed(f"horovod.run: {lines[0]}") from None
+    return max(codes)
+
+
+def run_rank(trainer_module: str, prog: str, argv: list[str]) -> int:
+    """One rank: the trainer's main(argv), with the error convention's line
+    and code (errors.run_main's), returned rather than exited with, since
+    horovod.run collects each rank's return value."""
+    main = importlib.import_module(trainer_module).main
+    try:
+        return main(argv) or 0
+    except UserError as err:
+        print_error(prog, err)
+        return 2
+    except RunFailed as err:
+        print_error(prog, err)
+        return 1
+    except KeyboardInterrupt:
+        say(f"{prog}: interrupted", sys.stderr)
+        return 130
+    except SystemExit as exit_:  # argparse, or a rank told to end
+        return exit_.code if isinstance(exit_.code, int) else 1

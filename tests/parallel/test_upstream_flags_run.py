@@ -1,0 +1,68 @@
+"""Horovod 0.28.1's MNIST examples' command lines, run for real with our
+trainers: every flag of tests/upstream_flags.py at once, the ranks started
+by the trainer itself through horovod.run (--num-proc, --hosts,
+--communication), as upstream's do. Those that cannot run together or here:
+--use-adasum (MPI only, and not with a predivide factor) in a run of its own
+over MPI; --use-mixed-precision (CUDA only) refused on this CPU machine in
+one line, as upstream refuses it."""
+
+import json
+import subprocess
+
+import pytest
+import upstream_flags
+from conftest import BIN, REPO
+
+pytestmark = pytest.mark.slow
+
+
+def run(trainer: str, argv: list[str], log_dir) -> subprocess.CompletedProcess:
+    """The command as upstream's README types it: python TRAINER FLAGS, no horovodrun."""
+    return subprocess.run([str(BIN / "python"), f"horovod_train/{trainer}", *argv,
+                           "--no-progress", "--log-dir", str(log_dir)],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+
+
+def with_data(flags, data_dir) -> list[upstream_flags.Flag]:
+    return [f._replace(value=str(data_dir)) if f.flag == "--data-dir" else f for f in flags]
+
+
+def test_pytorch_examples_command_line(small_mnist_dir, tmp_path):
+    flags = with_data(upstream_flags.PYTORCH, small_mnist_dir)
+    result = run("pytorch_mnist.py", upstream_flags.argv(
+        flags, leave_out=("--use-adasum", "--use-mixed-precision")) + ["--no-download"],
+        tmp_path / "run")
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    assert "starting 2 ranks through horovod.run (hosts localhost:2, gloo controller)" in output
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["size"] == 2 and summary["controller"] == "gloo"
+    assert summary["options"]["gradient_predivide_factor"] == 2.0
+    assert summary["options"]["batch_size"] == 32 and summary["options"]["seed"] == 7
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["batch"] for line in lines[:-1]] == [10, 20]  # --log-interval 10
+
+    adasum = run("pytorch_mnist.py", ["--num-proc", "2", "--communication", "mpi",
+                                      "--use-adasum", "--epochs", "1", "--no-cuda",
+                                      "--data-dir", str(small_mnist_dir), "--no-download"],
+                 tmp_path / "adasum")
+    assert adasum.returncode == 0, (adasum.stdout + adasum.stderr)[-3000:]
+    assert json.loads((tmp_path / "adasum" / "summary.json").read_text())["controller"] == "mpi"
+
+    mixed = run("pytorch_mnist.py", ["--num-proc", "1", "--communication", "gloo",
+                                     "--use-mixed-precision", "--epochs", "1",
+                                     "--data-dir", str(small_mnist_dir), "--no-download"],
+                tmp_path / "mixed")
+    assert mixed.returncode == 2, (mixed.stdout + mixed.stderr)[-3000:]
+    assert ("pytorch_mnist.py: error: --amp fp16 needs a GPU (its loss scaling is CUDA's)"
+            in mixed.stdout + mixed.stderr)
+
+
+def test_mxnet_examples_command_line(small_mnist_dir, tmp_path):
+    flags = with_data(upstream_flags.MXNET, small_mnist_dir)
+    result = run("mxnet_mnist.py", upstream_flags.argv(flags)
+                 + ["--data-dir", str(small_mnist_dir), "--no-download"], tmp_path / "run")
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["size"] == 2 and summary["framework"] == "mxnet"
+    assert summary["options"]["gradient_predivide_factor"] == 2.0
