@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from horovod_train.bench import scaling_tables
-from horovod_train.core import mnist, options, runtime
+from horovod_train.core import options, runtime
 from horovod_train.core.errors import ArgumentParser, RunFailed, UserError, run_main
 from horovod_train.core.runtime import command_output
 from horovod_train.launch.hosts import Host, host_list, is_local, read_hostfile
@@ -528,6 +528,8 @@ def emulated_cluster(args) -> bool:
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     if args.workload == "mnist":
+        from horovod_train.core import mnist  # numpy: not for --help
+
         # Once, here, before any run: the timed runs never download.
         mnist.ensure_available(args.data_dir, ["train", "test"])
     detect_device(args)
