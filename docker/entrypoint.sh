@@ -3,16 +3,25 @@
 # two containers share one), install the cluster's keys from a mounted
 # directory, start sshd on the cluster's port, then run the given command.
 #
-#   CLUSTER_KEYS_DIR  where scripts/cluster_keys.sh's output is mounted
+#   HVT_KEYS_DIR  where scripts/cluster_keys.sh's output is mounted
 #                     (default /etc/horovod/keys): id_ed25519,
 #                     authorized_keys, and optionally known_hosts
-#   CLUSTER_HOSTS     the cluster's host names, space-separated: ssh accepts
+#   HVT_CLUSTER_HOSTS     the cluster's host names, space-separated: ssh accepts
 #                     a new host key only for these (unless known_hosts is given)
-#   SSH_PORT          sshd's port (default 12345)
+#   HVT_SSH_PORT          sshd's port (default 12345)
 set -euo pipefail
 
-keys=${CLUSTER_KEYS_DIR:-/etc/horovod/keys}
-port=${SSH_PORT:-12345}
+# The names these settings had before (horovod_train/core/env_names.py):
+# said, not read.
+for renamed in CLUSTER_KEYS_DIR=HVT_KEYS_DIR CLUSTER_HOSTS=HVT_CLUSTER_HOSTS SSH_PORT=HVT_SSH_PORT; do
+  old=${renamed%%=*}
+  if [[ -v $old ]]; then
+    echo "entrypoint: note: $old is now ${renamed#*=}; $old is not read" >&2
+  fi
+done
+
+keys=${HVT_KEYS_DIR:-/etc/horovod/keys}
+port=${HVT_SSH_PORT:-12345}
 
 if [[ ! -f /etc/ssh/ssh_host_ed25519_key ]]; then
   ssh-keygen -q -t ed25519 -N '' -C "host-$(hostname)" -f /etc/ssh/ssh_host_ed25519_key
@@ -28,11 +37,11 @@ if [[ -f "$keys/authorized_keys" ]]; then
   else
     checking=accept-new
   fi
-  if [[ -n "${CLUSTER_HOSTS:-}" ]]; then
+  if [[ -n "${HVT_CLUSTER_HOSTS:-}" ]]; then
     cat > /root/.ssh/config <<CONFIG
 # The cluster's hosts: its port and key; host keys are checked, and new ones
 # accepted only for these hosts.
-Host ${CLUSTER_HOSTS}
+Host ${HVT_CLUSTER_HOSTS}
     Port ${port}
     User root
     IdentityFile /root/.ssh/id_ed25519
@@ -50,7 +59,7 @@ Host ${CLUSTER_HOSTS}
 CONFIG
     chmod 600 /root/.ssh/config
   else
-    echo "entrypoint: CLUSTER_HOSTS is empty: ssh will refuse hosts it does not know" >&2
+    echo "entrypoint: HVT_CLUSTER_HOSTS is empty: ssh will refuse hosts it does not know" >&2
   fi
   mkdir -p /run/sshd
   /usr/sbin/sshd -p "$port"

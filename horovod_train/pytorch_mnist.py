@@ -27,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = options.base_parser("pytorch_mnist.py", "Train MNIST with PyTorch and Horovod.")
     parser.epilog += (
         " PyTorch's ranks also keep the memory a step frees for the next step, in glibc's "
-        "malloc (HOROVOD_TRAIN_MALLOC=glibc keeps glibc's own behaviour).")
+        "malloc (HVT_MALLOC=glibc keeps glibc's own behaviour).")
     torch_options = parser.add_argument_group("pytorch")
     torch_options.add_argument("--model", choices=sorted(MODELS), default="mnist_cnn")
     torch_options.add_argument("--memory-format", choices=sorted(MEMORY_FORMATS),

@@ -15,7 +15,7 @@ Usage: scripts/demo.sh [--np N] [--epochs N] [--controller gloo|mpi] [--data-dir
   --two-hosts     run the two-host command, -np 4 -H a:2,b:2, across two emulated
                   hosts on this machine (needs root); --np is then 4
 
-Offline machines: set MNIST_T10K_DIR to a directory holding the MNIST test
+Offline machines: set HVT_MNIST_T10K_DIR to a directory holding the MNIST test
 split (t10k-*-ubyte.gz); the demo then trains on its first 8,000 digits and
 tests on the last 2,000.
 USAGE
@@ -46,7 +46,7 @@ scripts/setup.sh
 export PATH="$PWD/.venv/bin:$PATH"
 
 # Data: what is in --data-dir, else a local copy of the test digits, else a download.
-t10k="${MNIST_T10K_DIR:-../shared/datasets/mnist-t10k}"
+t10k="${HVT_MNIST_T10K_DIR:-../shared/datasets/mnist-t10k}"
 if ! scripts/python.sh -m horovod_train.mnist check --data-dir "$data_dir" >/dev/null 2>&1; then
   if [[ -f "$t10k/t10k-images-idx3-ubyte.gz" ]]; then
     echo "demo.sh: no MNIST in $data_dir; splitting the 10,000 test digits in $t10k (8,000 train, 2,000 test)"

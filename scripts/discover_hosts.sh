@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Host discovery for elastic runs: prints HOST:SLOTS for each host listed in
-# the hosts file that operators edit ($ELASTIC_HOSTS_FILE, default
+# the hosts file that operators edit ($HVT_ELASTIC_HOSTS_FILE, default
 # hostfiles/elastic). Give it to horovodrun --host-discovery-script.
 set -euo pipefail
 
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
   cat <<'USAGE'
-Usage: ELASTIC_HOSTS_FILE=FILE scripts/discover_hosts.sh
+Usage: HVT_ELASTIC_HOSTS_FILE=FILE scripts/discover_hosts.sh
 
 Prints one HOST:SLOTS line per `HOST slots=N` line of FILE (default
 hostfiles/elastic of this checkout; blank lines and # comments allowed).
@@ -21,5 +21,5 @@ USAGE
 fi
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-hosts_file="${ELASTIC_HOSTS_FILE:-$repo/hostfiles/elastic}"
+hosts_file="${HVT_ELASTIC_HOSTS_FILE:-$repo/hostfiles/elastic}"
 exec "$repo/scripts/python.sh" -m horovod_train.launch.host_discovery "$hosts_file"

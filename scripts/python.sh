@@ -10,7 +10,7 @@ Usage: scripts/python.sh -m horovod_train.PART.MODULE [ARGS...]
 
 Runs Python with this checkout's horovod_train first on PYTHONPATH, so the
 checkout's code runs whether or not the package is installed (a checkout
-mounted into the image, say). The interpreter: $PYTHON if set, else the
+mounted into the image, say). The interpreter: $HVT_PYTHON if set, else the
 checkout's .venv (scripts/setup.sh), else python3 on PATH (the image's, or
 a bare one before any environment exists: the modules that build the image
 or emulate hosts need the standard library only).
@@ -22,7 +22,7 @@ USAGE
 esac
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-python="${PYTHON:-}"
+python="${HVT_PYTHON:-}"
 if [[ -z "$python" ]]; then
   python=python3
   [[ -x "$repo/.venv/bin/python" ]] && python="$repo/.venv/bin/python"

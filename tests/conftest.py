@@ -28,8 +28,8 @@ REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent  # the venv running the tests: horovodrun lives here
 TRAINER = "horovod_train/pytorch_mnist.py"
 EMULATE = REPO / "scripts" / "emulate_cluster.sh"
-# The 10,000 real MNIST test digits: beside the checkout, or where MNIST_T10K_DIR says.
-T10K_DIR = Path(os.environ.get("MNIST_T10K_DIR",
+# The 10,000 real MNIST test digits: beside the checkout, or where HVT_MNIST_T10K_DIR says.
+T10K_DIR = Path(os.environ.get("HVT_MNIST_T10K_DIR",
                                REPO.parent / "shared" / "datasets" / "mnist-t10k"))
 
 
@@ -77,7 +77,7 @@ def pytest_addoption(parser):
 @pytest.fixture(scope="session")
 def t10k_dir() -> Path:
     if not (T10K_DIR / "t10k-images-idx3-ubyte.gz").is_file():
-        pytest.skip(f"the real MNIST test digits are not at {T10K_DIR} (set MNIST_T10K_DIR)")
+        pytest.skip(f"the real MNIST test digits are not at {T10K_DIR} (set HVT_MNIST_T10K_DIR)")
     return T10K_DIR
 
 
@@ -147,7 +147,7 @@ class EmulatedCluster:
             up = subprocess.run([str(EMULATE), "up", *up_args], capture_output=True, text=True,
                                 timeout=300)
             assert up.returncode == 0, up.stderr
-            state = Path(os.environ.get("EMULATE_STATE_DIR", "/run/horovod-train-cluster"))
+            state = Path(os.environ.get("HVT_EMULATE_STATE_DIR", "/run/horovod-train-cluster"))
             self.layout = json.loads((state / "cluster.json").read_text())
             self.kind = up_args
         return self.layout
@@ -186,9 +186,9 @@ def decoy_cluster(emulated) -> dict:
 
 # The images scripts/test.sh builds with scripts/build_image.sh: the two
 # variants of the environment, and the one that carries the code (--app).
-IMAGES = {"cpu": os.environ.get("HOROVOD_TRAIN_IMAGE", "localhost/horovod-train:cpu"),
-          "gpu": os.environ.get("HOROVOD_TRAIN_GPU_IMAGE", "localhost/horovod-train:gpu"),
-          "app": os.environ.get("HOROVOD_TRAIN_APP_IMAGE", "localhost/horovod-train:app")}
+IMAGES = {"cpu": os.environ.get("HVT_CPU_IMAGE", "localhost/horovod-train:cpu"),
+          "gpu": os.environ.get("HVT_GPU_IMAGE", "localhost/horovod-train:gpu"),
+          "app": os.environ.get("HVT_APP_IMAGE", "localhost/horovod-train:app")}
 
 
 def require_image(device: str) -> str:

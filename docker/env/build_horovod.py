@@ -469,7 +469,7 @@ def main(argv: list[str]) -> int:
         prog="build_horovod.sh",
         description=f"Build Horovod {HOROVOD_VERSION} from its sdist with the project's patches "
                     "for the given Python environment, cache the wheel, install it.")
-    parser.add_argument("--python", default=os.environ.get("PYTHON", "python3"),
+    parser.add_argument("--python", default=os.environ.get("HVT_PYTHON", "python3"),
                         help="Python of the environment to build for and install into")
     parser.add_argument("--frameworks", default="pytorch",
                         help="comma-separated: pytorch, tensorflow, mxnet")
@@ -483,7 +483,7 @@ def main(argv: list[str]) -> int:
                              "80,90; default torch: every one the environment's torch has "
                              "native code for")
     parser.add_argument("--cache-dir", type=Path, default=default_cache_dir(),
-                        help="wheel cache (env HOROVOD_WHEEL_CACHE)")
+                        help="wheel cache (env HVT_WHEEL_CACHE)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--no-install", action="store_true", help="build or find the wheel only")
     parser.add_argument("--print-key", action="store_true", help="print the cache key and exit")
@@ -532,14 +532,23 @@ def main(argv: list[str]) -> int:
 
 
 def default_cache_dir() -> Path:
-    if os.environ.get("HOROVOD_WHEEL_CACHE"):
-        return Path(os.environ["HOROVOD_WHEEL_CACHE"])
+    if os.environ.get("HVT_WHEEL_CACHE"):
+        return Path(os.environ["HVT_WHEEL_CACHE"])
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "horovod-train" / "wheels"
 
 
+# The names of the settings read here before (horovod_train/core/env_names.py's
+# entries: this recipe imports nothing of the package): said, not read.
+RENAMED = {"HOROVOD_WHEEL_CACHE": "HVT_WHEEL_CACHE", "PYTHON": "HVT_PYTHON"}
+
+
 def run_main(argv: list[str]) -> None:
     """horovod_train.core.errors.run_main's convention, by hand (see UserError)."""
+    for old, new in RENAMED.items():
+        if old in os.environ:
+            print(f"build_horovod: note: {old} is now {new}; {old} is not read",
+                  file=sys.stderr, flush=True)
     try:
         code = main(argv)
     except UserError as err:

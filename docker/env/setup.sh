@@ -27,8 +27,8 @@ Usage: docker/env/setup.sh --venv DIR [--frameworks LIST] [--gpu-ops auto|nccl|n
   --no-horovod       everything but Horovod (the image's layer its variants share)
   --check-options    check the options and exit, installing nothing
 
-Environment: PYTHON (the interpreter for a new venv, default python3),
-HOROVOD_WHEEL_CACHE (default ~/.cache/horovod-train/wheels).
+Environment: HVT_PYTHON (the interpreter for a new venv, default python3),
+HVT_WHEEL_CACHE (default ~/.cache/horovod-train/wheels).
 The first run builds Horovod (about 5 minutes on 2 cores); later runs take
 the cached wheel.
 EOF
@@ -104,7 +104,7 @@ if [[ "$gpu_ops" == nccl ]]; then
   packages+=(libibverbs1 ibverbs-providers librdmacm1 ibverbs-utils rdmacm-utils
              infiniband-diags perftest)
 fi
-python=${PYTHON:-python3}
+python=${HVT_PYTHON:-python3}
 "$python" -c 'import ensurepip' 2>/dev/null || packages+=(python3-venv)
 missing=()
 for p in "${packages[@]}"; do
@@ -125,7 +125,7 @@ fi
 # Python environment, pinned by the lock beside this file.
 if [[ ! -x "$venv/bin/python" ]]; then
   "$python" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null ||
-    die "Python 3.11 needed (the lock is for 3.11; TensorFlow 2.15 and MXNet 1.9 stop there); $python is $("$python" --version 2>&1); set PYTHON"
+    die "Python 3.11 needed (the lock is for 3.11; TensorFlow 2.15 and MXNet 1.9 stop there); $python is $("$python" --version 2>&1); set HVT_PYTHON"
   echo "setup.sh: creating $venv"
   "$python" -m venv "$venv"
 fi
@@ -147,7 +147,7 @@ if [[ $horovod -eq 0 ]]; then
   echo "setup.sh: done without Horovod in $((SECONDS - started)) s"
   exit 0
 fi
-PYTHON="$venv/bin/python" "$here/build_horovod.sh" --python "$venv/bin/python" \
+HVT_PYTHON="$venv/bin/python" "$here/build_horovod.sh" --python "$venv/bin/python" \
   --frameworks "$frameworks" --gpu-ops "$gpu_ops" --cuda-archs "$cuda_archs"
 echo "$frameworks" > "$venv/horovod-frameworks"
 echo "$gpu_ops" > "$venv/horovod-gpu-ops"

@@ -54,7 +54,7 @@ VARIANTS = {
     "gloo": (["--gloo"], {}),
     "cycle-5ms": ([], {"HOROVOD_CYCLE_TIME": "5"}),
     "cycle-0.5ms": ([], {"HOROVOD_CYCLE_TIME": "0.5"}),
-    "glibc-malloc": ([], {"HOROVOD_TRAIN_MALLOC": "glibc"}),
+    "glibc-malloc": ([], {"HVT_MALLOC": "glibc"}),
     "fusion-128mb": (["--fusion-threshold-mb", "128"], {}),
 }
 

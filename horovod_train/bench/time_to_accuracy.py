@@ -44,7 +44,7 @@ REPO = Path(__file__).resolve().parents[2]  # the checkout
 PROG = "time_to_accuracy.py"
 TRAINER = REPO / "horovod_train" / "pytorch_mnist.py"
 # Where the trainer downloads MNIST (python -m horovod_train.mnist download data).
-DEFAULT_SOURCE = Path(os.environ.get("MNIST_T10K_DIR", mnist.raw_dir(REPO / "data")))
+DEFAULT_SOURCE = Path(os.environ.get("HVT_MNIST_T10K_DIR", mnist.raw_dir(REPO / "data")))
 N_TRAIN, N_TEST = 8000, 2000
 
 
@@ -53,7 +53,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--source", type=Path, default=DEFAULT_SOURCE,
                         help="directory holding t10k-images-idx3-ubyte[.gz] and "
-                             "t10k-labels-idx1-ubyte[.gz] (default: $MNIST_T10K_DIR, else "
+                             "t10k-labels-idx1-ubyte[.gz] (default: $HVT_MNIST_T10K_DIR, else "
                              "data/MNIST/raw of the checkout, where `python -m "
                              "horovod_train.mnist download data` puts them)")
     parser.add_argument("--preset", choices=sorted(PRESETS), default="fast-mnist",

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from horovod_train.core.console import say  # one write per line, as the trainers print
+from horovod_train.core.env_names import old_name_notes
 
 
 class UserError(Exception):
@@ -47,8 +48,12 @@ def print_error(prog: str, error: Exception | str) -> None:
 def run_main(main: Callable[[], int | None], prog: str | None = None) -> None:
     """Run an entry point and exit with its code, or as the convention says
     for a UserError (2), a RunFailed (1) or Ctrl-C (130). The line starts
-    with `prog`, by default the name of the script run."""
+    with `prog`, by default the name of the script run. First, a line for
+    each of the project's old environment variable names that is set
+    (env_names)."""
     prog = prog or Path(sys.argv[0]).name
+    for note in old_name_notes():
+        say(f"{prog}: {note}", sys.stderr)
     try:
         code = main()
     except UserError as err:

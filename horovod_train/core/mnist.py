@@ -193,8 +193,8 @@ def ensure_available(
 
 
 def mirrors() -> list[str]:
-    """Download locations; MNIST_MIRRORS (space-separated URLs) overrides."""
-    custom = os.environ.get("MNIST_MIRRORS", "").split()
+    """Download locations; HVT_MNIST_MIRRORS (space-separated URLs) overrides."""
+    custom = os.environ.get("HVT_MNIST_MIRRORS", "").split()
     return custom or list(DEFAULT_MIRRORS)
 
 

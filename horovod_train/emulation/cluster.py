@@ -48,10 +48,10 @@ from horovod_train.core.errors import ArgumentParser, RunFailed, UserError, run_
 
 REPO = Path(__file__).resolve().parents[2]  # the checkout
 SSHD_CONFIG = REPO / "docker" / "sshd_config"
-STATE_DIR = Path(os.environ.get("EMULATE_STATE_DIR", "/run/horovod-train-cluster"))
+STATE_DIR = Path(os.environ.get("HVT_EMULATE_STATE_DIR", "/run/horovod-train-cluster"))
 BRIDGE = "hvtbr0"
 NETNS_PREFIX = "hvt-"
-DEFAULT_SUBNET = "10.213.0"  # /24, private and unlikely to clash; EMULATE_SUBNET overrides
+DEFAULT_SUBNET = "10.213.0"  # /24, private and unlikely to clash; HVT_EMULATE_SUBNET overrides
 SSH_PORT = 12345
 # The decoys of `up --decoys`, each up with a carrier and an IPv4 address.
 # Only eth0 joins the hosts.
@@ -87,8 +87,8 @@ def enter_command(host: str, state: Path, command: list[str]) -> list[str]:
     enter = ["nsenter", f"--net=/run/netns/{netns(host)}", "unshare", "--uts"]
     image = load_layout(state).get("image")
     if image:
-        env = [*image["env"], "HOME=/root", f"CLUSTER_HOSTS={' '.join(image['hosts'])}",
-               f"SSH_PORT={image['port']}"]
+        env = [*image["env"], "HOME=/root", f"HVT_CLUSTER_HOSTS={' '.join(image['hosts'])}",
+               f"HVT_SSH_PORT={image['port']}"]
         return [*enter, "sh", "-c", f"hostname {host} && exec \"$@\"", "sh",
                 "chroot", str(host_dir / "root"), "/usr/bin/env", "-i", *env,
                 "/bin/sh", "-c", f"cd {image['workdir']} && exec \"$@\"", "sh", *command]
@@ -401,7 +401,7 @@ def main(argv: list[str]) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     start = commands.add_parser("up", help="create the hosts and start sshd on each")
     start.add_argument("--hosts", default="a,b", help="comma-separated host names")
-    start.add_argument("--subnet", default=os.environ.get("EMULATE_SUBNET", DEFAULT_SUBNET),
+    start.add_argument("--subnet", default=os.environ.get("HVT_EMULATE_SUBNET", DEFAULT_SUBNET),
                        help="first three octets of the private /24 for the hosts")
     start.add_argument("--ssh-port", type=int, default=SSH_PORT)
     start.add_argument("--image", default=None,

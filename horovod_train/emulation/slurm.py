@@ -14,7 +14,7 @@ slurm-wlm, slurmdbd, mariadb-server and munge, and the emulated hosts up):
     status    show the nodes and the queue
     down      cancel every job, stop every daemon this started, remove the state
 
-Everything lives in one state directory (SLURM_STATE_DIR, default
+Everything lives in one state directory (HVT_SLURM_STATE_DIR, default
 /run/horovod-train-slurm): slurm.conf and slurmdbd.conf, munge's key and
 socket, the database's files, the daemons' logs, pid files and spool.
 Nothing is installed and no system file is changed: the Slurm commands find
@@ -51,7 +51,7 @@ from pathlib import Path
 from horovod_train.core.errors import ArgumentParser, RunFailed, UserError, run_main
 from horovod_train.emulation import cluster as emulated_hosts
 
-STATE_DIR = Path(os.environ.get("SLURM_STATE_DIR", "/run/horovod-train-slurm"))
+STATE_DIR = Path(os.environ.get("HVT_SLURM_STATE_DIR", "/run/horovod-train-slurm"))
 PARTITION = "hvt"
 CONTROLLER = "ctl"
 # Not Slurm's defaults (6817, 6818), so a site's own Slurm on this machine is left alone.

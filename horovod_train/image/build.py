@@ -230,7 +230,7 @@ def environment_build(args, engine: str) -> tuple[list[str], Path]:
     if podman:
         command += PODMAN_FLAGS
         check_free_space(engine)
-        # The cache that setup.sh fills, wherever HOROVOD_WHEEL_CACHE puts it.
+        # The cache that setup.sh fills, wherever HVT_WHEEL_CACHE puts it.
         wheel_cache = build_horovod.default_cache_dir()
         wheel_cache.mkdir(parents=True, exist_ok=True)
         command += ["-v", f"{wheel_cache}:/wheel-cache", "--build-arg", "WHEEL_CACHE=/wheel-cache",

@@ -51,8 +51,8 @@ def start_command(args, hosts: list[Host]) -> list[str]:
     command = [args.engine, "run", "-d", "--rm", "--name", CONTAINER, "--network", "host",
                "--shm-size", args.shm_size,
                "-v", f"{args.keys}:/etc/horovod/keys:ro",
-               "-e", f"CLUSTER_HOSTS={' '.join(host.name for host in hosts)}",
-               "-e", f"SSH_PORT={args.port}"]
+               "-e", f"HVT_CLUSTER_HOSTS={' '.join(host.name for host in hosts)}",
+               "-e", f"HVT_SSH_PORT={args.port}"]
     if args.workspace != "none":
         # The checkout is the code; with none, the image's own /workspace is.
         command += ["-v", f"{args.workspace}:/workspace"]

@@ -32,29 +32,29 @@ Settings, from the environment (`sbatch --export`, or exported before sbatch):
                       checked on every node first; default: chosen by the
                       probe (srun), or by horovodrun's own probe
     HVT_NUM_PROC      ranks to start (default: every task of the job)
-    HOROVOD_RUNTIME   venv (default): the checkout's .venv on every node;
-                      apptainer: `apptainer exec` of HOROVOD_IMAGE (a .sif file
+    HVT_RUNTIME   venv (default): the checkout's .venv on every node;
+                      apptainer: `apptainer exec` of HVT_IMAGE (a .sif file
                       or docker://...); pyxis: `srun --container-image` of
-                      HOROVOD_IMAGE (an enroot URI or a .sqsh file)
-    HOROVOD_IMAGE     the image, for apptainer and pyxis
-    HOROVOD_MOUNTS    apptainer and pyxis: more binds, SRC:DST[:ro],... (data, outputs)
-    HOROVOD_TRAINER   the entry script (default horovod_train/pytorch_mnist.py)
-    HOROVOD_TRAIN_DIR the checkout (default: the job's working directory); venv:
+                      HVT_IMAGE (an enroot URI or a .sqsh file)
+    HVT_IMAGE     the image, for apptainer and pyxis
+    HVT_MOUNTS    apptainer and pyxis: more binds, SRC:DST[:ro],... (data, outputs)
+    HVT_TRAINER   the entry script (default horovod_train/pytorch_mnist.py)
+    HVT_TRAIN_DIR the checkout (default: the job's working directory); venv:
                       its .venv runs; apptainer and pyxis: mounted at /workspace,
                       the image's working directory (the image holds no code)
-    RESUME=1          add --resume: continue from the trainer's checkpoint. A
+    HVT_RESUME=1          add --resume: continue from the trainer's checkpoint. A
                       job that Slurm requeued (SLURM_RESTART_COUNT > 0) resumes
                       without it.
-    HOROVOD_DRY_RUN=1 print the commands instead of running them
+    HVT_DRY_RUN=1 print the commands instead of running them
   HVT_LAUNCHER=horovodrun only:
-    HOROVOD_KEYS      apptainer and pyxis: the cluster's key directory
+    HVT_KEYS      apptainer and pyxis: the cluster's key directory
                       (scripts/cluster_keys.sh), mounted read-only at
                       /etc/horovod/keys, where the image's sshd takes its keys
-    HOROVOD_SSH_PORT  the port horovodrun's ssh uses (the image's sshd: 12345,
+    HVT_SSH_PORT  the port horovodrun's ssh uses (the image's sshd: 12345,
                       the default with containers; venv: ssh_config's, unless set)
 
 With horovodrun and a container runtime every node runs the image's
-entrypoint, which starts its sshd on HOROVOD_SSH_PORT with the cluster's
+entrypoint, which starts its sshd on HVT_SSH_PORT with the cluster's
 key: on the other nodes as a job step that lasts the job, on the first node
 around horovodrun, whose ssh then lands in the other nodes' containers.
 
@@ -214,35 +214,35 @@ def make_settings(launcher: str = "srun", runtime: str = "venv", image: str | No
         raise UserError(f"HVT_LAUNCHER={launcher}: unknown launcher; use one of "
                         f"{', '.join(LAUNCHERS)}")
     if runtime not in RUNTIMES:
-        raise UserError(f"HOROVOD_RUNTIME={runtime}: unknown runtime; use one of "
+        raise UserError(f"HVT_RUNTIME={runtime}: unknown runtime; use one of "
                         f"{', '.join(RUNTIMES)}")
     container = runtime != "venv"
     over_ssh = launcher == "horovodrun"
     if container and not image:
-        raise UserError(f"HOROVOD_RUNTIME={runtime} needs HOROVOD_IMAGE, the image to run")
-    ssh_only = [name for name, value in (("HOROVOD_KEYS", keys), ("HOROVOD_SSH_PORT", ssh_port))
+        raise UserError(f"HVT_RUNTIME={runtime} needs HVT_IMAGE, the image to run")
+    ssh_only = [name for name, value in (("HVT_KEYS", keys), ("HVT_SSH_PORT", ssh_port))
                 if value not in (None, "")]
     if ssh_only and not over_ssh:
         raise UserError(f"{' and '.join(ssh_only)} {'is' if len(ssh_only) == 1 else 'are'} for "
                         "HVT_LAUNCHER=horovodrun: srun starts the ranks without ssh")
     if over_ssh and container and not keys:
-        raise UserError(f"HOROVOD_RUNTIME={runtime} needs HOROVOD_KEYS, the cluster's key "
+        raise UserError(f"HVT_RUNTIME={runtime} needs HVT_KEYS, the cluster's key "
                         "directory (scripts/cluster_keys.sh): the image's sshd takes its keys "
                         f"from it at {IMAGE_KEYS}")
     if keys and not Path(keys, "authorized_keys").is_file():
-        raise UserError(f"HOROVOD_KEYS={keys} has no authorized_keys "
+        raise UserError(f"HVT_KEYS={keys} has no authorized_keys "
                         "(make the directory with scripts/cluster_keys.sh)")
     mount_list = tuple(m.strip() for m in (mounts or "").split(",") if m.strip())
     for mount in mount_list:
         if not MOUNT_ITEM.match(mount):
-            raise UserError(f"HOROVOD_MOUNTS: {mount!r} is not SRC:DST or SRC:DST:ro "
+            raise UserError(f"HVT_MOUNTS: {mount!r} is not SRC:DST or SRC:DST:ro "
                             "(DST absolute)")
     if mount_list and not container:
-        raise UserError("HOROVOD_MOUNTS is for the container runtimes; the venv sees every path")
+        raise UserError("HVT_MOUNTS is for the container runtimes; the venv sees every path")
     port = None
     if ssh_port not in (None, ""):
         if not str(ssh_port).isdigit() or not 1 <= int(ssh_port) <= 65535:
-            raise UserError(f"HOROVOD_SSH_PORT={ssh_port}: want a port number")
+            raise UserError(f"HVT_SSH_PORT={ssh_port}: want a port number")
         port = int(ssh_port)
     elif container and over_ssh:
         port = IMAGE_SSH_PORT
@@ -260,7 +260,7 @@ def make_settings(launcher: str = "srun", runtime: str = "venv", image: str | No
     horovodrun = checkout / ".venv" / "bin" / "horovodrun"
     if not container and not horovodrun.exists():
         raise UserError(f"no {horovodrun}: run scripts/setup.sh in the checkout, and submit "
-                        "from it (or set HOROVOD_TRAIN_DIR)")
+                        "from it (or set HVT_TRAIN_DIR)")
     return Settings(launcher, runtime, image or None,
                     str(Path(keys).resolve()) if keys else None, mount_list, port,
                     trainer or DEFAULT_TRAINER, resume, checkout, names, ranks)
@@ -268,12 +268,12 @@ def make_settings(launcher: str = "srun", runtime: str = "venv", image: str | No
 
 def settings_from_env(env: dict) -> Settings:
     return make_settings(launcher=env.get("HVT_LAUNCHER") or "srun",
-                         runtime=env.get("HOROVOD_RUNTIME") or "venv",
-                         image=env.get("HOROVOD_IMAGE"), keys=env.get("HOROVOD_KEYS"),
-                         mounts=env.get("HOROVOD_MOUNTS"), ssh_port=env.get("HOROVOD_SSH_PORT"),
-                         trainer=env.get("HOROVOD_TRAINER"),
-                         resume=parse_flag("RESUME", env.get("RESUME")),
-                         checkout=env.get("HOROVOD_TRAIN_DIR"),
+                         runtime=env.get("HVT_RUNTIME") or "venv",
+                         image=env.get("HVT_IMAGE"), keys=env.get("HVT_KEYS"),
+                         mounts=env.get("HVT_MOUNTS"), ssh_port=env.get("HVT_SSH_PORT"),
+                         trainer=env.get("HVT_TRAINER"),
+                         resume=parse_flag("HVT_RESUME", env.get("HVT_RESUME")),
+                         checkout=env.get("HVT_TRAIN_DIR"),
                          interfaces=env.get("HVT_NETWORK_INTERFACE"),
                          num_proc=env.get("HVT_NUM_PROC"))
 
@@ -298,7 +298,7 @@ class Plan:
 
 def trainer_arguments(trainer_args: list[str], settings: Settings,
                       allocation: Allocation) -> list[str]:
-    """The trainer's options, with --resume when asked for (RESUME=1) or when
+    """The trainer's options, with --resume when asked for (HVT_RESUME=1) or when
     Slurm restarted this job after a requeue."""
     resume = settings.resume or allocation.restarts > 0
     return [*trainer_args, *(["--resume"] if resume and "--resume" not in trainer_args else [])]
@@ -381,8 +381,8 @@ def make_plan(allocation: Allocation, settings: Settings, trainer_args: list[str
                     check, cwd, probe)
 
     first, others = allocation.nodes[0], allocation.nodes[1:]
-    environment = {"CLUSTER_HOSTS": " ".join(allocation.nodes),
-                   "SSH_PORT": str(settings.ssh_port)}
+    environment = {"HVT_CLUSTER_HOSTS": " ".join(allocation.nodes),
+                   "HVT_SSH_PORT": str(settings.ssh_port)}
     mounts = [f"{settings.keys}:{IMAGE_KEYS}:ro", f"{settings.checkout}:{IMAGE_WORKDIR}",
               *settings.mounts]
     training = [IMAGE_ENTRYPOINT, IMAGE_HOROVODRUN, *options, python, settings.trainer, *args]
@@ -609,7 +609,7 @@ def main() -> int:
     # scancel's SIGTERM: stop horovodrun (and through it every rank) on the way out.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     return run_job(trainer_args,
-                   dry_run=parse_flag("HOROVOD_DRY_RUN", os.environ.get("HOROVOD_DRY_RUN")))
+                   dry_run=parse_flag("HVT_DRY_RUN", os.environ.get("HVT_DRY_RUN")))
 
 
 def cli() -> None:

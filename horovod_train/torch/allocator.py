@@ -32,9 +32,9 @@ M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD = 32 * 1024 * 1024
 TRIM_THRESHOLD = 1024 * 1024 * 1024
 
-# HOROVOD_TRAIN_MALLOC=glibc leaves glibc's own behaviour (to compare, or to
+# HVT_MALLOC=glibc leaves glibc's own behaviour (to compare, or to
 # hand memory back between steps).
-CHOICE_ENV = "HOROVOD_TRAIN_MALLOC"
+CHOICE_ENV = "HVT_MALLOC"
 
 # Where a user chose an allocator or its settings, theirs wins.
 USER_ALLOCATOR_ENV = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_",

@@ -122,10 +122,10 @@ def test_losing_host_b_keeps_training_on_a_and_b_rejoins(cluster, mnist_dir, tmp
                "--epochs", "6", "--data-dir", str(mnist_dir), "--no-download",
                "--no-progress", "--log-dir", str(log_dir)]
     env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}",
-           "ELASTIC_HOSTS_FILE": str(hosts_file), "PYTHON": str(BIN / "python")}
-    job = subprocess.Popen(on_host("a", ["env", f"ELASTIC_HOSTS_FILE={hosts_file}",
+           "HVT_ELASTIC_HOSTS_FILE": str(hosts_file), "HVT_PYTHON": str(BIN / "python")}
+    job = subprocess.Popen(on_host("a", ["env", f"HVT_ELASTIC_HOSTS_FILE={hosts_file}",
                                          f"HOROVOD_GLOO_TIMEOUT_SECONDS={GLOO_TIMEOUT_S}",
-                                         f"PYTHON={BIN / 'python'}", *command]),
+                                         f"HVT_PYTHON={BIN / 'python'}", *command]),
                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                            text=True)
     said = []

@@ -19,7 +19,7 @@ RUN_MATRIX = REPO / "benchmarks" / "run_matrix.sh"
 
 def run_matrix(*argv: str, timeout: int = 900) -> subprocess.CompletedProcess:
     return subprocess.run([str(RUN_MATRIX), *argv], cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout, env={"PYTHON": str(BIN / "python"),
+                          timeout=timeout, env={"HVT_PYTHON": str(BIN / "python"),
                                                 "PATH": f"{BIN}:/usr/sbin:/usr/bin:/sbin:/bin"})
 
 

@@ -26,7 +26,7 @@ from horovod_train.launch.hosts import Host
 SBATCH_SCRIPT = REPO / "scripts" / "slurm" / "horovod.sbatch"
 SUBMIT = REPO / "scripts" / "slurm" / "submit.sh"
 LOCAL_CLUSTER = REPO / "scripts" / "slurm" / "local_cluster.sh"
-SLURM_STATE = Path(os.environ.get("SLURM_STATE_DIR", "/run/horovod-train-slurm"))
+SLURM_STATE = Path(os.environ.get("HVT_SLURM_STATE_DIR", "/run/horovod-train-slurm"))
 JOB_TIMEOUT_S = 300
 
 
@@ -200,7 +200,7 @@ def test_horovodrun_in_apptainer_starts_the_images_sshd_then_horovodrun_inside_i
                  "--pwd", "/workspace",
                  "--bind", f"{keys}:/etc/horovod/keys:ro", "--bind", "/srv/checkout:/workspace",
                  "--bind", "/scratch/mnist:/data:ro",
-                 "--env", "CLUSTER_HOSTS=a b c", "--env", "SSH_PORT=12345",
+                 "--env", "HVT_CLUSTER_HOSTS=a b c", "--env", "HVT_SSH_PORT=12345",
                  "/images/horovod-train.sif", "/usr/local/bin/entrypoint.sh"]
     assert plan.sshd == ["srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1",
                          "--nodelist=b,c", *container, "sleep", "infinity"]
@@ -220,7 +220,7 @@ def test_horovodrun_in_pyxis_uses_srun_container_options(keys):
                  f"--container-mounts={keys}:/etc/horovod/keys:ro,/srv/checkout:/workspace,"
                  "/scratch/runs:/runs",
                  "--container-workdir=/workspace", "--container-remap-root",
-                 "--container-writable", "--export=ALL,CLUSTER_HOSTS=a b,SSH_PORT=2222",
+                 "--container-writable", "--export=ALL,HVT_CLUSTER_HOSTS=a b,HVT_SSH_PORT=2222",
                  "/usr/local/bin/entrypoint.sh"]
     assert plan.sshd == ["srun", "--nodes=1", "--ntasks=1", "--ntasks-per-node=1",
                          "--nodelist=b", *container, "sleep", "infinity"]
@@ -240,17 +240,17 @@ def test_one_node_in_a_container_needs_no_sshd_step(keys):
 @pytest.mark.parametrize("settings, message", [
     ({"launcher": "mpirun"}, "HVT_LAUNCHER=mpirun: unknown launcher; use one of srun, "
                              "horovodrun"),
-    ({"runtime": "docker"}, "HOROVOD_RUNTIME=docker: unknown runtime; use one of venv, "
+    ({"runtime": "docker"}, "HVT_RUNTIME=docker: unknown runtime; use one of venv, "
                             "apptainer, pyxis"),
-    ({"runtime": "pyxis"}, "HOROVOD_RUNTIME=pyxis needs HOROVOD_IMAGE"),
+    ({"runtime": "pyxis"}, "HVT_RUNTIME=pyxis needs HVT_IMAGE"),
     ({"launcher": "horovodrun", "runtime": "apptainer", "image": "x.sif"},
-     "needs HOROVOD_KEYS"),
+     "needs HVT_KEYS"),
     ({"launcher": "horovodrun", "runtime": "apptainer", "image": "x.sif",
-      "keys": "/nonexistent"}, "HOROVOD_KEYS=/nonexistent has no authorized_keys"),
-    ({"ssh_port": "12345"}, "HOROVOD_SSH_PORT is for HVT_LAUNCHER=horovodrun: srun starts "
+      "keys": "/nonexistent"}, "HVT_KEYS=/nonexistent has no authorized_keys"),
+    ({"ssh_port": "12345"}, "HVT_SSH_PORT is for HVT_LAUNCHER=horovodrun: srun starts "
                             "the ranks without ssh"),
-    ({"launcher": "horovodrun", "ssh_port": "ssh"}, "HOROVOD_SSH_PORT=ssh: want a port number"),
-    ({"mounts": "/data:/data"}, "HOROVOD_MOUNTS is for the container runtimes"),
+    ({"launcher": "horovodrun", "ssh_port": "ssh"}, "HVT_SSH_PORT=ssh: want a port number"),
+    ({"mounts": "/data:/data"}, "HVT_MOUNTS is for the container runtimes"),
     ({"interfaces": "eth0,bad name"}, "HVT_NETWORK_INTERFACE=eth0,bad name: 'bad name' is not "
                                       "an interface name"),
     ({"num_proc": "0"}, "HVT_NUM_PROC=0: want a number of ranks, at least 1"),
@@ -269,7 +269,7 @@ def test_more_ranks_than_the_jobs_tasks_are_refused():
 
 
 def test_bad_mount_is_refused():
-    with pytest.raises(UserError, match="HOROVOD_MOUNTS: 'data' is not SRC:DST"):
+    with pytest.raises(UserError, match="HVT_MOUNTS: 'data' is not SRC:DST"):
         slurm.make_settings(runtime="pyxis", image="i", mounts="data")
 
 
@@ -287,7 +287,7 @@ def test_a_layer_the_user_set_keeps_its_own_interface():
 def batch_script(env: dict, *args: str) -> subprocess.CompletedProcess:
     """The batch script as the batch step runs it: bash, in the checkout."""
     clean = {k: v for k, v in os.environ.items()
-             if not k.startswith(("SLURM_", "HOROVOD_", "HVT_")) and k != "RESUME"}
+             if not k.startswith(("SLURM_", "HOROVOD_", "HVT_")) and k != "HVT_RESUME"}
     return subprocess.run(["bash", str(SBATCH_SCRIPT), *args], cwd=REPO, env={**clean, **env},
                           capture_output=True, text=True, timeout=60)
 
@@ -298,18 +298,18 @@ JOB_ENV = {"SLURM_JOB_ID": "42", "SLURM_JOB_NODELIST": "a,b", "SLURM_TASKS_PER_N
 def test_batch_script_help_lists_its_settings():
     result = batch_script({}, "--help")
     assert result.returncode == 0
-    for name in ("HVT_LAUNCHER", "HVT_NETWORK_INTERFACE", "HVT_NUM_PROC", "HOROVOD_RUNTIME",
-                 "HOROVOD_IMAGE", "HOROVOD_KEYS", "HOROVOD_SSH_PORT", "RESUME=1", "apptainer",
+    for name in ("HVT_LAUNCHER", "HVT_NETWORK_INTERFACE", "HVT_NUM_PROC", "HVT_RUNTIME",
+                 "HVT_IMAGE", "HVT_KEYS", "HVT_SSH_PORT", "HVT_RESUME=1", "apptainer",
                  "pyxis"):
         assert name in result.stdout, name
 
 
 @pytest.mark.parametrize("env, message", [
     ({}, "slurm: error: not inside a Slurm job"),
-    ({**JOB_ENV, "HOROVOD_RUNTIME": "docker"}, "slurm: error: HOROVOD_RUNTIME=docker: unknown"),
+    ({**JOB_ENV, "HVT_RUNTIME": "docker"}, "slurm: error: HVT_RUNTIME=docker: unknown"),
     ({**JOB_ENV, "HVT_LAUNCHER": "mpirun"}, "slurm: error: HVT_LAUNCHER=mpirun: unknown"),
-    ({**JOB_ENV, "RESUME": "maybe"}, "slurm: error: RESUME=maybe: want 1 or 0"),
-    ({**JOB_ENV, "HOROVOD_TRAIN_DIR": "/"}, "horovod.sbatch: error: / is not a horovod-train "
+    ({**JOB_ENV, "HVT_RESUME": "maybe"}, "slurm: error: HVT_RESUME=maybe: want 1 or 0"),
+    ({**JOB_ENV, "HVT_TRAIN_DIR": "/"}, "horovod.sbatch: error: / is not a horovod-train "
                                             "checkout"),
 ])
 def test_batch_script_bad_input_is_one_line_and_exit_2(env, message):
@@ -322,15 +322,15 @@ def test_batch_script_bad_input_is_one_line_and_exit_2(env, message):
 
 @pytest.mark.parametrize("launcher", ["srun", "horovodrun"])
 def test_batch_script_dry_run_prints_the_container_commands(keys, launcher):
-    ssh = {"HOROVOD_KEYS": str(keys)} if launcher == "horovodrun" else {}
-    env = {**JOB_ENV, "HOROVOD_DRY_RUN": "1", "HVT_LAUNCHER": launcher,
-           "HOROVOD_RUNTIME": "apptainer", "HOROVOD_IMAGE": "/images/horovod-train.sif",
-           "RESUME": "1", **ssh}
+    ssh = {"HVT_KEYS": str(keys)} if launcher == "horovodrun" else {}
+    env = {**JOB_ENV, "HVT_DRY_RUN": "1", "HVT_LAUNCHER": launcher,
+           "HVT_RUNTIME": "apptainer", "HVT_IMAGE": "/images/horovod-train.sif",
+           "HVT_RESUME": "1", **ssh}
     result = batch_script(env, "--data-dir", "/data")
     assert result.returncode == 0, result.stderr
     settings = slurm.make_settings(launcher=launcher, runtime="apptainer",
                                    image="/images/horovod-train.sif", resume=True,
-                                   keys=ssh.get("HOROVOD_KEYS"))
+                                   keys=ssh.get("HVT_KEYS"))
     plan = slurm.make_plan(allocation(), settings, ["--data-dir", "/data"])
     lines = result.stdout.splitlines()
     how = ("each a Slurm task (srun --mpi=pmix)" if launcher == "srun"
@@ -359,7 +359,7 @@ def test_submit_help_and_bad_settings_before_submitting():
     bad = subprocess.run([str(SUBMIT), "--runtime", "pyxis"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2
-    assert bad.stderr.strip() == ("submit: error: HOROVOD_RUNTIME=pyxis needs HOROVOD_IMAGE, "
+    assert bad.stderr.strip() == ("submit: error: HVT_RUNTIME=pyxis needs HVT_IMAGE, "
                                   "the image to run")
 
 
@@ -465,7 +465,7 @@ def trainer(mnist_dir: Path, log_dir: Path, epochs: int) -> list[str]:
             "--no-progress", "--log-dir", str(log_dir)]
 
 
-OVER_SSH = {"HVT_LAUNCHER": "horovodrun", "HOROVOD_SSH_PORT": "12345"}
+OVER_SSH = {"HVT_LAUNCHER": "horovodrun", "HVT_SSH_PORT": "12345"}
 
 
 def trainer_processes(host: str) -> dict[int, str]:
@@ -545,9 +545,9 @@ def run_until_cancelled(local_slurm: LocalSlurm, log_dir: Path, run: Path, mnist
 
 def resume_to_the_end(local_slurm: LocalSlurm, log_dir: Path, run: Path, mnist_dir: Path,
                       epochs_done: int, **variables: str) -> tuple[str, str, dict]:
-    """The same job resubmitted with RESUME=1: it goes on after the epochs
+    """The same job resubmitted with HVT_RESUME=1: it goes on after the epochs
     kept, logs every epoch once and ends COMPLETED."""
-    job_id = local_slurm.sbatch(log_dir, trainer(mnist_dir, run, 3), RESUME="1", **variables)
+    job_id = local_slurm.sbatch(log_dir, trainer(mnist_dir, run, 3), HVT_RESUME="1", **variables)
     final = local_slurm.wait(job_id, ENDED)
     log = (log_dir / f"horovod-{job_id}.out").read_text()
     assert final["JobState"] == "COMPLETED" and final["ExitCode"] == "0:0", log[-3000:]

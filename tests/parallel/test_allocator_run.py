@@ -52,7 +52,7 @@ def test_a_step_sized_block_comes_from_the_heap_and_stays_there_after_free():
 
 def test_glibcs_own_behaviour_maps_the_block_and_hands_it_back():
     """What every step paid before: a fresh mmap, given back at free."""
-    assert probe(KEEP, HOROVOD_TRAIN_MALLOC="glibc") == "False own_mmaps 1 kept False"
+    assert probe(KEEP, HVT_MALLOC="glibc") == "False own_mmaps 1 kept False"
 
 
 def test_the_pytorch_trainers_start_keeping_freed_memory():

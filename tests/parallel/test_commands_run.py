@@ -32,7 +32,7 @@ def bare_env() -> dict:
     if found.returncode == 0:
         pytest.skip(f"{BARE_PYTHON} has horovod_train installed")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    return {**env, "PYTHON": BARE_PYTHON}
+    return {**env, "HVT_PYTHON": BARE_PYTHON}
 
 
 @pytest.mark.parametrize("command", SHELL_COMMANDS)

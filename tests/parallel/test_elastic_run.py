@@ -22,7 +22,7 @@ def elastic_run(hosts_file, data_dir, log_dir, *trainer_args: str) -> subprocess
                str(BIN / "python"), TRAINER, "--elastic", "--data-dir", str(data_dir),
                "--no-download", "--no-progress", "--log-dir", str(log_dir), *trainer_args]
     env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}",
-           "ELASTIC_HOSTS_FILE": str(hosts_file)}
+           "HVT_ELASTIC_HOSTS_FILE": str(hosts_file)}
     return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=300)
 

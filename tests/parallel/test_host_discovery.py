@@ -11,7 +11,8 @@ SCRIPT = REPO / "scripts" / "discover_hosts.sh"
 
 
 def discover(hosts_file) -> subprocess.CompletedProcess:
-    env = {**os.environ, "ELASTIC_HOSTS_FILE": str(hosts_file), "PYTHON": str(BIN / "python")}
+    env = {**os.environ, "HVT_ELASTIC_HOSTS_FILE": str(hosts_file),
+           "HVT_PYTHON": str(BIN / "python")}
     return subprocess.run([str(SCRIPT)], capture_output=True, text=True, env=env, timeout=30,
                           cwd="/")
 
@@ -32,8 +33,8 @@ def test_an_emptied_file_means_no_hosts(tmp_path):
 
 
 def test_the_default_file_is_the_two_emulated_hosts():
-    env = {**os.environ, "PYTHON": str(BIN / "python")}
-    env.pop("ELASTIC_HOSTS_FILE", None)
+    env = {**os.environ, "HVT_PYTHON": str(BIN / "python")}
+    env.pop("HVT_ELASTIC_HOSTS_FILE", None)
     result = subprocess.run([str(SCRIPT)], capture_output=True, text=True, env=env, timeout=30)
     assert result.stdout == "a:2\nb:2\n"
 

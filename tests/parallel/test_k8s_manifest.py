@@ -201,7 +201,7 @@ def problems(job):
     # workers' sshd; the ssh config's hosts are the hostfile's.
     ports = {"horovodrun -p": options.ssh_port}
     for kind in ("Launcher", "Worker"):
-        ports[f"{kind} SSH_PORT"] = int(env(job, kind).get("SSH_PORT", 12345))
+        ports[f"{kind} HVT_SSH_PORT"] = int(env(job, kind).get("HVT_SSH_PORT", 12345))
     worker = container(job, "Worker")
     ports["Worker containerPort"] = next(
         (p["containerPort"] for p in worker.get("ports", []) if p.get("name") == "ssh"), None)
@@ -210,18 +210,18 @@ def problems(job):
     if len(set(ports.values())) != 1:
         found.append(f"SSH ports disagree: {ports}")
     for kind in ("Launcher", "Worker"):
-        patterns = env(job, kind).get("CLUSTER_HOSTS", "").split()
+        patterns = env(job, kind).get("HVT_CLUSTER_HOSTS", "").split()
         unmatched = [h for h in operator_hostnames(job)
                      if not any(fnmatch.fnmatchcase(h, p) for p in patterns)]
         if unmatched:
-            found.append(f"{kind} CLUSTER_HOSTS {patterns} does not match {unmatched}")
+            found.append(f"{kind} HVT_CLUSTER_HOSTS {patterns} does not match {unmatched}")
     if spec.get("launcherCreationPolicy") != "WaitForWorkersReady":
         found.append("the launcher may start before the workers' sshd listens")
 
     # Keys: the Secret from cluster_keys.sh's files, at the entrypoint's
     # keys directory; the operator's own key mount away from /root/.ssh,
     # where the entrypoint writes.
-    keys_dir = re.search(r"keys=\$\{CLUSTER_KEYS_DIR:-([^}]+)\}", ENTRYPOINT).group(1)
+    keys_dir = re.search(r"keys=\$\{HVT_KEYS_DIR:-([^}]+)\}", ENTRYPOINT).group(1)
     kubectl = secret_command()
     secret_name = kubectl[kubectl.index("generic") + 1]
     # --from-file=KEY=PATH: the Secret's keys.
@@ -369,8 +369,8 @@ def _env(kind, name, value):
     (_set(["spec", "mpiReplicaSpecs", "Worker", "replicas"], 3), "-np 4 != 3 workers x 2"),
     (lambda job: _args(job, "4", "8"), "-np 8 != 2 workers x 2"),
     (lambda job: _args(job, "12345", "22"), "SSH ports disagree"),
-    (_env("Worker", "SSH_PORT", "2222"), "SSH ports disagree"),
-    (_env("Launcher", "CLUSTER_HOSTS", "worker-*"), "Launcher CLUSTER_HOSTS"),
+    (_env("Worker", "HVT_SSH_PORT", "2222"), "SSH ports disagree"),
+    (_env("Launcher", "HVT_CLUSTER_HOSTS", "worker-*"), "Launcher HVT_CLUSTER_HOSTS"),
     (lambda job: _args(job, "horovod_train/pytorch_mnist.py", "horovod_train/mnist_torch.py"),
      "horovod_train/mnist_torch.py is not in the repository"),
     (lambda job: _args(job, "--no-progress", "--no-progres-bar"), "the trainer rejects"),
@@ -463,14 +463,14 @@ def test_documented_kubectl_command_makes_the_secret_the_pods_mount(tmp_path):
 
 def test_ssh_config_the_entrypoint_writes_reaches_the_hostfile_names(tmp_path):
     """The entrypoint's ssh client config, written as it writes it with the
-    launcher's CLUSTER_HOSTS and SSH_PORT, gives ssh the workers' port and the
+    launcher's HVT_CLUSTER_HOSTS and HVT_SSH_PORT, gives ssh the workers' port and the
     cluster's key for every name in the operator's hostfile (ssh -G prints
     the settings ssh would use, without connecting)."""
     if shutil.which("ssh") is None:
         pytest.skip("needs the ssh client")
     body = re.search(r"<<CONFIG\n(.*?)\nCONFIG\n", ENTRYPOINT, re.S).group(1)
     launcher = env(MANIFEST, "Launcher")
-    values = {"CLUSTER_HOSTS": launcher["CLUSTER_HOSTS"], "port": launcher["SSH_PORT"],
+    values = {"HVT_CLUSTER_HOSTS": launcher["HVT_CLUSTER_HOSTS"], "port": launcher["HVT_SSH_PORT"],
               "checking": "accept-new"}
     config = tmp_path / "config"
     config.write_text(re.sub(r"\$\{(\w+)\}", lambda m: values[m.group(1)], body) + "\n")
@@ -479,7 +479,7 @@ def test_ssh_config_the_entrypoint_writes_reaches_the_hostfile_names(tmp_path):
                              capture_output=True, text=True, timeout=30)
         assert run.returncode == 0, run.stderr
         settings = dict(line.split(" ", 1) for line in run.stdout.splitlines() if " " in line)
-        assert settings["port"] == launcher["SSH_PORT"] == "12345"
+        assert settings["port"] == launcher["HVT_SSH_PORT"] == "12345"
         assert settings["identityfile"] == "/root/.ssh/id_ed25519"
         assert settings["stricthostkeychecking"] == "accept-new"
 

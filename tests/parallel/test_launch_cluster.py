@@ -47,7 +47,7 @@ def test_starts_one_container_per_host_then_trains_from_the_first():
         assert {"--network", "host"} <= set(command) and "--gpus" in command
         assert "/srv/keys:/etc/horovod/keys:ro" in command
         assert f"{REPO}:/workspace" in command  # the code: this checkout, same path
-        assert "CLUSTER_HOSTS=n1 n2" in command and "SSH_PORT=12345" in command
+        assert "HVT_CLUSTER_HOSTS=n1 n2" in command and "HVT_SSH_PORT=12345" in command
     host, command = train
     assert host == "n1"
     assert command[command.index("horovodrun"):command.index("python")] == [

@@ -124,7 +124,7 @@ def test_missing_files_without_download_say_what_and_where(tmp_path):
 @pytest.fixture
 def loopback_mirror(t10k_dir, tmp_path, monkeypatch):
     """An HTTP server on 127.0.0.1 serving a copy of the t10k files, plus a
-    train-images file with the wrong content, as MNIST_MIRRORS."""
+    train-images file with the wrong content, as HVT_MNIST_MIRRORS."""
     served = tmp_path / "served"
     served.mkdir()
     for name in ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):
@@ -138,7 +138,7 @@ def loopback_mirror(t10k_dir, tmp_path, monkeypatch):
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.served = served
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    monkeypatch.setenv("MNIST_MIRRORS", f"http://127.0.0.1:{server.server_port}/")
+    monkeypatch.setenv("HVT_MNIST_MIRRORS", f"http://127.0.0.1:{server.server_port}/")
     yield server
     server.shutdown()
 

@@ -156,7 +156,7 @@ def test_help_documents_every_option():
         assert option in result.stdout, option
     # PyTorch's own setting of its process, and how to undo it (those of
     # every trainer: tests/single/test_options.py).
-    assert "HOROVOD_TRAIN_MALLOC=glibc" in result.stdout
+    assert "HVT_MALLOC=glibc" in result.stdout
 
 
 def test_a_bad_option_fails_with_one_line_and_exit_2():

@@ -9,7 +9,7 @@ from horovod_train.torch import allocator
 
 
 @pytest.mark.parametrize("env", [
-    {"HOROVOD_TRAIN_MALLOC": "glibc"},
+    {"HVT_MALLOC": "glibc"},
     {"MALLOC_TRIM_THRESHOLD_": "0"},
     {"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=65536"},
     {"LD_PRELOAD": "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"},
@@ -20,5 +20,5 @@ def test_a_users_own_allocator_choice_wins(env):
 
 def test_unrelated_settings_leave_the_choice_to_the_trainer():
     assert not allocator.user_chose_allocator(
-        {"HOROVOD_TRAIN_MALLOC": "keep", "GLIBC_TUNABLES": "glibc.pthread.rseq=0",
+        {"HVT_MALLOC": "keep", "GLIBC_TUNABLES": "glibc.pthread.rseq=0",
          "LD_PRELOAD": ""})

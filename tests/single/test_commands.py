@@ -38,7 +38,7 @@ def test_shell_commands_start_python_through_python_sh_only(command):
     code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
     # No interpreter started by hand, and no file of the package run by path
     # but a trainer (the demo's and the usage texts' horovodrun commands).
-    assert not re.search(r'exec "?\$\{?python|exec "?\$\{PYTHON|exec python3?\b', code), command
+    assert not re.search(r'exec "?\$\{?python|exec "?\$\{HVT_PYTHON|exec python3?\b', code), command
     for path in re.findall(r"(?:horovod_train|benchmarks)/[\w/]+\.py", code):
         assert REPO / path in TRAINERS, f"{command.name} runs {path} by path"
     for module in program_modules(code):

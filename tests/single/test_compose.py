@@ -20,8 +20,8 @@ def test_services_are_nodes_a_and_b_with_matching_hostnames():
     assert set(services) == {"a", "b"}
     for name, service in services.items():
         assert service["hostname"] == name
-        assert service["environment"]["CLUSTER_HOSTS"].split() == ["a", "b"]
-        assert service["environment"]["SSH_PORT"] == "12345"
+        assert service["environment"]["HVT_CLUSTER_HOSTS"].split() == ["a", "b"]
+        assert service["environment"]["HVT_SSH_PORT"] == "12345"
         assert service["networks"] == ["cluster"]
 
 
@@ -49,9 +49,9 @@ def test_code_image_instructions_name_the_mount_to_drop():
     it names is the one that would hide the image's code."""
     header = COMPOSE_FILE.read_text().split("\nx-node:")[0]
     assert "docker build -f docker/app.Dockerfile -t horovod-train-app ." in header
-    assert "IMAGE=horovod-train-app" in header and "--no-build" in header
+    assert "HVT_IMAGE=horovod-train-app" in header and "--no-build" in header
     assert "`..:/workspace`" in header
-    assert COMPOSE["x-node"]["image"] == "${IMAGE:-horovod-train}"
+    assert COMPOSE["x-node"]["image"] == "${HVT_IMAGE:-horovod-train}"
     assert (REPO / "docker" / "app.Dockerfile").is_file()
 
 
