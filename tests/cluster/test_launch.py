@@ -411,6 +411,8 @@ def test_bad_trainer_input_ends_every_rank_with_one_line(case, options, message,
                              *options)
     output = result.stdout + result.stderr
     assert result.returncode != 0
+    # Bad input: the rank's own exit is 2 (horovodrun's report names it; its own is 1).
+    assert "Exit code: 2" in output, output[-3000:]
     errors = [line for line in output.splitlines() if "pytorch_mnist.py: error:" in line]
     # One line from each rank; horovodrun may stop the second before it prints.
     assert 1 <= len(errors) <= 2, output[-3000:]

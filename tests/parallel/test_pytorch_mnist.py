@@ -122,6 +122,7 @@ def test_resume_refuses_a_checkpoint_of_another_model(small_mnist_dir, tmp_path)
                         tmp_path / "run")
     assert second.returncode != 0
     assert "holds model 'mnist_cnn', this run trains 'horovod_example'" in second.output
+    assert "Exit code: 2" in second.output  # the rank's: bad input
 
 
 def test_horovod_options_train(mnist_dir, tmp_path):
@@ -183,6 +184,29 @@ def test_adasum_with_gloo_says_it_needs_mpi(mnist_dir, tmp_path):
                      tmp_path / "run")
     assert run.returncode != 0
     assert "--use-adasum needs the MPI controller" in run.output
+    assert "Exit code: 2" in run.output  # the rank's: bad input
+
+
+def test_ctrl_c_ends_the_trainer_with_one_line_and_exit_130(small_mnist_dir, tmp_path):
+    """The trainer alone (one rank, no launcher), stopped with Ctrl-C in its
+    second epoch; the checkpoint of the first stays whole."""
+    process = subprocess.Popen(
+        [str(BIN / "python"), TRAINER, "--data-dir", str(small_mnist_dir), "--no-download",
+         "--epochs", "20", "--no-progress", "--log-dir", str(tmp_path / "run")],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        for line in process.stdout:
+            if line.startswith("epoch 1:"):
+                break
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 130, stderr[-3000:]
+    assert stderr.splitlines()[-1] == "pytorch_mnist.py: interrupted"
+    assert checkpoint.load(checkpoint.checkpoint_path(tmp_path / "run" / "checkpoints"))[
+        "epochs_done"] >= 1
 
 
 def test_sync_bn_on_cpu_says_it_needs_gpus(mnist_dir, tmp_path):
