@@ -21,6 +21,14 @@ prediction from it is as good as the assumption that both stay the same at
 the larger layout. A given bandwidth is taken as raw: no overlap, so the
 prediction is a lower bound on throughput.
 
+Without a results.json, a layout can be described instead: one GPU's
+images/s at its batch (--images-per-sec, --batch-size), the gradients'
+size (--gradient-mb) and the links (--inter-gbit, and --intra-gbit for
+layouts of one node). The links are then raw, so each layout gets two
+bounds: no overlap (step = compute + allreduce) and full overlap (step =
+the longer of the two, the allreduce hidden behind the backward pass as far
+as it can be).
+
 --validate OTHER.json tests the model on runs it was not fitted to: each
 measured multi-rank layout of OTHER (e.g. the same matrix with
 --fp16-allreduce) is predicted from OTHER's own 1x1 and gradient size with
@@ -180,6 +188,7 @@ def predict(layout: tuple[int, int], compute_s: float, batch: int, gradient_byte
     row = {"layout": f"{nodes}x{per_node}", "nodes": nodes, "ranks_per_node": per_node,
            "ranks": ranks, "link": None, "step_time_s": None, "comm_time_s": None,
            "images_per_sec": None, "images_per_sec_per_rank": None, "efficiency": None,
+           "images_per_sec_full_overlap": None, "efficiency_full_overlap": None,
            "note": ""}
     if ranks == 1:
         comm = 0.0
@@ -193,8 +202,11 @@ def predict(layout: tuple[int, int], compute_s: float, batch: int, gradient_byte
             return row
         comm = comm_time(ranks, gradient_bytes, link)
     step = compute_s + comm
+    hidden = max(compute_s, comm)  # the full-overlap bound
     row.update(step_time_s=step, comm_time_s=comm, images_per_sec=ranks * batch / step,
-               images_per_sec_per_rank=batch / step, efficiency=compute_s / step)
+               images_per_sec_per_rank=batch / step, efficiency=compute_s / step,
+               images_per_sec_full_overlap=ranks * batch / hidden,
+               efficiency_full_overlap=compute_s / hidden)
     return row
 
 
@@ -263,14 +275,17 @@ def table(rows: list[dict]) -> list[str]:
         return "–" if value is None else format(value * scale, spec)
 
     lines = ["| layout | ranks | predicted images/s | per rank | efficiency "
-             "| modelled allreduce ms | measured images/s | prediction error | notes |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| full overlap: images/s | efficiency | modelled allreduce ms "
+             "| measured images/s | prediction error | notes |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(
             f"| {r['layout']} | {r['ranks']} | {fmt(r['images_per_sec'], '.1f')} "
             f"| {fmt(r['images_per_sec_per_rank'], '.1f')} | {fmt(r['efficiency'], '.0%')} "
+            f"| {fmt(r['images_per_sec_full_overlap'], '.1f')} "
+            f"| {fmt(r['efficiency_full_overlap'], '.0%')} "
             f"| {fmt(r['comm_time_s'], '.1f', 1e3)} "
-            f"| {fmt(r['measured_images_per_sec'], '.1f')} | {fmt(r['error'], '+.0%')} "
+            f"| {fmt(r.get('measured_images_per_sec'), '.1f')} | {fmt(r.get('error'), '+.0%')} "
             f"| {r['note']} |")
     return lines
 
@@ -278,15 +293,24 @@ def table(rows: list[dict]) -> list[str]:
 def markdown(report: dict) -> str:
     s = report["source"]
     fp16 = ", --fp16 (gradients halved)" if report["fp16"] else ""
+    if report["results"] is None:
+        head = (f"Predicted scaling of a described layout: one GPU at "
+                f"{s['images_per_sec']:g} images/s, batch {s['batch_per_rank']} per rank, "
+                f"{report['gradient_bytes'] / 1e6:.1f} MB of gradients{fp16}; no measured run")
+        compute = f"- compute: {report['compute_s'] * 1e3:.1f} ms per step (batch / images/s)"
+    else:
+        head = (f"Predicted scaling of {s['model']} ({s['workload']}), batch "
+                f"{s['batch_per_rank']} per rank, {report['gradient_bytes'] / 1e6:.1f} MB of "
+                f"gradients{fp16}, launcher {report['launcher']}; from `{report['results']}`")
+        compute = f"- compute: {report['compute_s'] * 1e3:.1f} ms per step (median 1x1)"
     lines = [
-        f"Predicted scaling of {s['model']} ({s['workload']}), batch {s['batch_per_rank']} "
-        f"per rank, {report['gradient_bytes'] / 1e6:.1f} MB of gradients{fp16}, "
-        f"launcher {report['launcher']}; from `{report['results']}`",
+        head,
         "",
         "Model: step = compute + 2(P-1)·alpha + 2(P-1)/P · S / B (ring allreduce over P "
-        "ranks; the slowest link: between nodes when N > 1)",
+        "ranks; the slowest link: between nodes when N > 1); full overlap: step = the "
+        "longer of compute and allreduce",
         "",
-        f"- compute: {report['compute_s'] * 1e3:.1f} ms per step (median 1x1)",
+        compute,
         f"- {describe_link('inter', report['links']['inter'])}",
         f"- {describe_link('intra', report['links']['intra'])}",
         "",
@@ -303,7 +327,9 @@ def markdown(report: dict) -> str:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = ArgumentParser(prog=PROG, description=__doc__,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("results", type=Path, help="results.json from benchmarks/run_matrix.sh")
+    parser.add_argument("results", type=Path, nargs="?", default=None,
+                        help="results.json from benchmarks/run_matrix.sh; or describe the "
+                             "layout with the options below")
     parser.add_argument("--layouts", type=parse_layouts, default=parse_layouts(DEFAULT_LAYOUTS),
                         help=f"layouts NxG to predict (default {DEFAULT_LAYOUTS})")
     parser.add_argument("--launcher", choices=["horovod", "ddp"], default="horovod",
@@ -322,9 +348,41 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--validate", type=Path, metavar="OTHER_RESULTS",
                         help="another results.json whose multi-rank layouts are predicted "
                              "with the links fitted here and compared with what it measured")
+    described = parser.add_argument_group(
+        "a described layout", "instead of a results.json: what one GPU does alone, and the "
+                              "links (raw, so the prediction has a no-overlap and a "
+                              "full-overlap bound)")
+    described.add_argument("--images-per-sec", type=positive_float, metavar="X",
+                           help="one GPU's training images/s at --batch-size")
+    described.add_argument("--batch-size", type=int, metavar="B", help="images per GPU per step")
+    described.add_argument("--gradient-mb", type=positive_float, metavar="MB",
+                           help="gradient bytes each rank allreduces per step, in MB (4 x "
+                                "parameters for fp32 gradients)")
     parser.add_argument("--markdown", type=Path, help="also write the report here")
     parser.add_argument("--json", type=Path, help="write the report as JSON here")
     args = parser.parse_args(argv)
+    layout_options = ("images_per_sec", "batch_size", "gradient_mb")
+    described = [f"--{name.replace('_', '-')}" for name in layout_options
+                 if getattr(args, name) is not None]
+    if args.results is not None and described:
+        parser.error(f"{', '.join(described)} describe a layout instead of a results.json: "
+                     "give one or the other")
+    if args.results is None:
+        missing = [f"--{name.replace('_', '-')}" for name in layout_options
+                   if getattr(args, name) is None]
+        if missing:
+            parser.error(f"give a results.json, or describe the layout: {', '.join(missing)} "
+                         "missing")
+        if args.batch_size < 1:
+            parser.error("--batch-size must be at least 1")
+        if args.validate is not None:
+            parser.error("--validate compares with the links fitted to a results.json: give one")
+        for name, where, wanted in (("inter", "across nodes", lambda n, g: n > 1),
+                                    ("intra", "inside a node", lambda n, g: n == 1 and g > 1)):
+            if getattr(args, f"{name}_gbit") is None and any(wanted(*lay)
+                                                             for lay in args.layouts):
+                parser.error(f"a described layout needs its links: give --{name}-gbit "
+                             f"(layouts {where})")
     for option in ("markdown", "json"):
         path = getattr(args, option)
         if path is not None and not path.resolve().parent.is_dir():
@@ -332,7 +390,25 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+def described_report(args: argparse.Namespace) -> dict:
+    """The report of a layout described on the command line: compute from
+    one GPU's images/s, the links as given."""
+    compute_s = args.batch_size / args.images_per_sec
+    gradient_bytes = args.gradient_mb * 1e6 / (2 if args.fp16 else 1)
+    link_by_name = links({}, compute_s, gradient_bytes, args)
+    rows = [predict(layout, compute_s, args.batch_size, gradient_bytes, link_by_name)
+            for layout in args.layouts]
+    return {
+        "schema_version": SCHEMA_VERSION, "results": None, "launcher": None, "fp16": args.fp16,
+        "source": {"images_per_sec": args.images_per_sec, "batch_per_rank": args.batch_size},
+        "gradient_bytes": gradient_bytes, "compute_s": compute_s, "links": link_by_name,
+        "rows": rows, "validation": None,
+    }
+
+
 def build_report(args: argparse.Namespace) -> dict:
+    if args.results is None:
+        return described_report(args)
     data = load_results(args.results)
     compute_s, measured, link_by_name = model(data, args)
     settings = data["settings"]

@@ -176,3 +176,51 @@ def test_bad_input_is_one_line_and_exit_2_with_nothing_written(tmp_path, content
     assert message in lines[-1] and "Traceback" not in result.stderr
     assert lines[-1].startswith("predict_scaling: error:")
     assert not (tmp_path / "out.json").exists()
+
+
+def described(*argv):
+    return predict_scaling.build_report(predict_scaling.parse_args(list(map(str, argv))))
+
+
+def test_a_described_layout_is_predicted_between_its_two_bounds():
+    """No measured run: compute from one GPU's images/s, the links as given;
+    no overlap adds the allreduce to the step, full overlap hides it behind
+    the compute as far as it is shorter."""
+    report = described("--images-per-sec", BATCH / COMPUTE, "--batch-size", BATCH,
+                       "--gradient-mb", GRADIENTS / 1e6, "--inter-gbit", 10,
+                       "--inter-latency-us", 50, "--intra-gbit", 400, "--intra-latency-us", 5,
+                       "--layouts", "1x1,1x8,4x8,64x8")
+    assert report["results"] is None and report["compute_s"] == pytest.approx(COMPUTE)
+    by_layout = {row["layout"]: row for row in report["rows"]}
+    assert by_layout["1x1"]["images_per_sec"] == pytest.approx(BATCH / COMPUTE)
+    for nodes, per_node in ((1, 8), (4, 8), (64, 8)):
+        row = by_layout[f"{nodes}x{per_node}"]
+        comm = predict_scaling.comm_time(nodes * per_node, GRADIENTS,
+                                         INTER if nodes > 1 else INTRA)
+        assert row["images_per_sec"] == pytest.approx(model_rate(nodes, per_node))
+        assert row["efficiency"] == pytest.approx(COMPUTE / (COMPUTE + comm))
+        assert row["efficiency_full_overlap"] == pytest.approx(COMPUTE / max(COMPUTE, comm))
+        assert row["efficiency"] <= row["efficiency_full_overlap"] <= 1
+    # 10 Gbit/s and 100 MB: the allreduce between nodes outlasts the compute.
+    assert by_layout["64x8"]["efficiency_full_overlap"] < 1
+    text = predict_scaling.markdown(report)
+    assert text.startswith("Predicted scaling of a described layout: one GPU at 160 images/s")
+    # fp16 gradients: half the bytes.
+    half = described("--images-per-sec", 160, "--batch-size", BATCH, "--gradient-mb", 100,
+                     "--inter-gbit", 10, "--layouts", "4x1", "--fp16")
+    assert half["gradient_bytes"] == 50e6
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--images-per-sec", "100"], "describe the layout: --batch-size, --gradient-mb missing"),
+    (["--images-per-sec", "100", "--batch-size", "32", "--gradient-mb", "100"],
+     "give --inter-gbit (layouts across nodes)"),
+    (["--images-per-sec", "100", "--batch-size", "32", "--gradient-mb", "100",
+      "--inter-gbit", "10", "--layouts", "1x1,1x8"], "give --intra-gbit (layouts inside a node)"),
+    (["results.json", "--images-per-sec", "100"],
+     "--images-per-sec describe a layout instead of a results.json"),
+])
+def test_a_described_layout_missing_a_part_is_one_line(argv, message):
+    result = run(*argv)
+    assert result.returncode == 2
+    assert message in result.stderr.strip().splitlines()[-1]
