@@ -48,11 +48,13 @@ def main(argv: list[str] | None = None) -> int:
 
         return python_launcher.start_ranks("horovod_train.mxnet_mnist", "mxnet_mnist.py", argv,
                                            config.launch)
-    from horovod_train.core import distributed, runtime
+    from horovod_train.core import distributed, phases, runtime
 
+    phases.mark("options")
     # MXNet sizes its OpenMP pool when it is imported: share the cores first.
     os.environ["OMP_NUM_THREADS"] = str(runtime.threads_before_init(config.device.threads))
     from horovod_train.mxnet import trainer
+    phases.mark("imports")
 
     with distributed.one_line_when_horovod_stops():
         trainer.run(config)

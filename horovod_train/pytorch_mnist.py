@@ -98,14 +98,16 @@ def main(argv: list[str] | None = None) -> int:
         return python_launcher.start_ranks("horovod_train.pytorch_mnist", "pytorch_mnist.py", argv,
                                            config.launch)
     # Imported after parsing, so --help and option errors answer at once.
-    from horovod_train.core import distributed
+    from horovod_train.core import distributed, phases
 
+    phases.mark("options")
     if config.torch.elastic:
         from horovod_train.torch.elastic import run
     elif config.benchmark.steps:
         from horovod_train.bench.trainer_benchmark import run
     else:
         from horovod_train.torch.trainer import run
+    phases.mark("imports")
     with distributed.one_line_when_horovod_stops():
         run(config)
     return 0

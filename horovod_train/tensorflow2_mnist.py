@@ -40,8 +40,11 @@ def main(argv: list[str] | None = None) -> int:
     # TensorFlow's start-up INFO lines would drown each rank's output.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     # Imported after parsing, so --help and option errors answer at once.
-    from horovod_train.core import distributed
+    from horovod_train.core import distributed, phases
+
+    phases.mark("options")
     from horovod_train.tensorflow import trainer
+    phases.mark("imports")
 
     with distributed.one_line_when_horovod_stops():
         trainer.run(config)

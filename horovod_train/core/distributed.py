@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from horovod_train.core import mnist, outputs, sharding
+from horovod_train.core import mnist, outputs, phases, sharding
 from horovod_train.core.config import Placement, RunConfig, validate
 from horovod_train.core.errors import RunFailed, UserError
 from horovod_train.core.runtime import Runtime
@@ -93,6 +93,7 @@ def prepare_run(hvd, rt: Runtime, config: RunConfig) -> tuple:
         lambda: rt.is_root and outputs.prepare_output_dirs(config.outputs.log_dir,
                                                            config.outputs.checkpoint_dir),
         "dirs")
+    phases.mark("data")
     return splits
 
 

@@ -18,7 +18,15 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from horovod_train.core import console, distributed, lr_schedule, metrics, runtime, watchdog
+from horovod_train.core import (
+    console,
+    distributed,
+    lr_schedule,
+    metrics,
+    phases,
+    runtime,
+    watchdog,
+)
 from horovod_train.core.config import RunConfig
 
 # The module whose version a framework's run records (runtime.versions).
@@ -226,6 +234,7 @@ def fit(config: RunConfig, rt, trainer: Trainer, epochs_done: int, started: floa
     target = {"target_accuracy": schedule.target_accuracy, "target_reached_epoch": None,
               "time_to_target_s": None}
     training_started = time.perf_counter()  # options.TIMES_EPILOG
+    phases.mark("first_step")
     stall_limit = config.horovod.stall_limit if trainer.watch_stalls else 0
     with watchdog.watching(stall_limit, rt.rank, rt.hostname, trainer.allgather_object) as dog:
         for epoch in range(epochs_done, schedule.epochs):
@@ -258,6 +267,8 @@ def fit(config: RunConfig, rt, trainer: Trainer, epochs_done: int, started: floa
                 if reached:
                     console.say(f"reached test accuracy {schedule.target_accuracy} after epoch "
                                 f"{epoch + 1}, {target['time_to_target_s']:.1f} s of training")
+            if reached or epoch + 1 == schedule.epochs:
+                phases.mark("answer")
             trainer.end_epoch(epoch)
             if reached:
                 break
@@ -273,5 +284,5 @@ def fit(config: RunConfig, rt, trainer: Trainer, epochs_done: int, started: floa
                                     config)
     summary.update(target)
     summary.update(trainer.summary_fields())
-    summary.update(versions=versions, settings=dict(runtime.APPLIED))
+    summary.update(versions=versions, settings=dict(runtime.APPLIED), phases=phases.record())
     return metrics.finish_run(rt, config.outputs.log_dir, summary)

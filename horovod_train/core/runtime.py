@@ -15,6 +15,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from horovod_train.core import phases
+
 REPO = Path(__file__).resolve().parents[2]  # the checkout, when the package runs from one
 
 
@@ -137,6 +139,7 @@ def init_horovod(hvd, cpu_tensors: bool) -> None:
     if cpu_tensors:
         use_defaults(CPU_RANK_HOROVOD_SETTINGS)
     hvd.init()
+    phases.mark("horovod")
 
 
 def threads_per_rank(local_size: int, requested: int | None) -> int:
