@@ -7,6 +7,7 @@ import datetime
 import json
 import os
 import socket
+import struct
 import time
 from pathlib import Path
 
@@ -165,12 +166,26 @@ def set_aside_earlier(log_dir: Path) -> Path | None:
     return target
 
 
+def read_records(path: Path) -> list[bytes]:
+    """The records of an event file (TFRecord framing: a little-endian
+    uint64 length, its CRC, the data, the data's CRC), read here since
+    TensorBoard's own reader imports TensorFlow, which crashes an MXNet
+    process. A record the writer cut short ends the list."""
+    data, records, at = path.read_bytes(), [], 0
+    while at + 12 <= len(data):
+        (length,) = struct.unpack_from("<Q", data, at)
+        end = at + 12 + length + 4
+        if end > len(data):
+            break
+        records.append(data[at + 12:at + 12 + length])
+        at = end
+    return records
+
+
 def trim_events(directory: Path, epochs_done: int, batches_done: int) -> None:
     """Drop the scalars of epochs after `epochs_done` (and of batches after
     `batches_done`) from the event files in `directory`, so that a resumed
     run shows each epoch once. Each file is rewritten whole and replaced."""
-    from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
-
     def kept(event) -> bool:
         tags = [value.tag for value in event.summary.value]
         if not tags:
@@ -179,7 +194,7 @@ def trim_events(directory: Path, epochs_done: int, batches_done: int) -> None:
         return event.step <= last
 
     for path in sorted(directory.glob("events.out.tfevents.*")):
-        records = list(RawEventFileLoader(str(path)).Load())
+        records = read_records(path)
         keep = [r for r in records if kept(event_pb2.Event.FromString(r))]
         if len(keep) == len(records):
             continue

@@ -3,6 +3,8 @@ itself reads back, and a summary whose totals are the sums of the ranks."""
 
 import datetime
 import json
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -230,3 +232,23 @@ def test_the_closing_lines_split_wall_time_as_help_defines_it():
                                     CONFIG)
     assert ("wall time 5.0 s: 2.5 s training (2.0 s of it in steps), 2.5 s start-up and "
             "summary") in metrics.format_summary(summary)
+
+
+def test_trimming_the_events_loads_no_framework(tmp_path):
+    """An MXNet process that imports TensorFlow (TensorBoard's own event
+    reader does) crashes: a resumed run reads its event files without."""
+    code = f"""
+import sys
+from horovod_train.core import metrics
+log = metrics.MetricsLog({str(tmp_path)!r}, enabled=True)
+for epoch in (1, 2):
+    log.log_epoch({{"epoch": epoch, "test_accuracy": 0.5}})
+log.close()
+metrics.MetricsLog({str(tmp_path)!r}, enabled=True, epochs_done=1).close()
+print(sorted(m for m in sys.modules if m.split(".")[0] in ("tensorflow", "torch", "mxnet")))
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout == "[]\n"
+    assert scalar_steps(tmp_path / "tensorboard", "test_accuracy") == [(1, 0.5)]
