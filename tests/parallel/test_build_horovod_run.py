@@ -203,6 +203,19 @@ def test_patches_apply_to_the_pinned_sdist(tmp_path):
     gloo_pair = (source / "third_party" / "gloo" / "gloo" / "transport" / "tcp" /
                  "pair.cc").read_text()
     assert "catch (const ::gloo::EnforceNotMet& ex)" in gloo_pair
+    assert "#include <stdexcept>" in (source / "horovod" / "common" / "common.h").read_text()
+    # Each applies where it was made: no hunk moved (patch keeps a .orig then).
+    assert not list(source.rglob("*.orig")) and not list(source.rglob("*.rej"))
+
+
+def test_horovodrun_starts_open_mpi_without_its_ofi_btl():
+    """The mpi-without-ofi-btl patch: mpirun as horovodrun starts it."""
+    result = subprocess.run([str(BIN / "horovodrun"), "-np", "1", "-H", "localhost:1", "--mpi",
+                             "--verbose", str(BIN / "python"), "-c", "pass"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    (mpirun,) = [line for line in result.stdout.splitlines() if line.startswith("mpirun ")]
+    assert "-mca btl ^openib,ofi" in mpirun
 
 
 @pytest.mark.parametrize("args, message", [
