@@ -62,8 +62,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def cli() -> None:
-    """The command's entry: run as a file, the command users type."""
-    run_main(main)
+    """The command's entry: run as a file, the command users type. It ends
+    at once when done (errors.exit_now): every output is written by then."""
+    run_main(main, exit_at_once=True)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,10 @@ Standard library only (console.py is too): scripts run under a bare
 python3 import it."""
 
 import argparse
+import atexit
+import os
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -45,24 +48,47 @@ def print_error(prog: str, error: Exception | str) -> None:
     say(f"{prog}: error: {error}", sys.stderr)
 
 
-def run_main(main: Callable[[], int | None], prog: str | None = None) -> None:
+def run_main(main: Callable[[], int | None], prog: str | None = None,
+             exit_at_once: bool = False) -> None:
     """Run an entry point and exit with its code, or as the convention says
     for a UserError (2), a RunFailed (1) or Ctrl-C (130). The line starts
     with `prog`, by default the name of the script run. First, a line for
     each of the project's old environment variable names that is set
-    (env_names)."""
+    (env_names).
+
+    With exit_at_once (the trainers), the process ends as soon as its exit
+    handlers have run (Horovod's shutdown among them), without the
+    interpreter's teardown of its modules, which takes half a second or
+    more once torch is loaded; the outputs are all written, closed and
+    synced by then."""
     prog = prog or Path(sys.argv[0]).name
     for note in old_name_notes():
         say(f"{prog}: {note}", sys.stderr)
     try:
-        code = main()
+        code = main() or 0
     except UserError as err:
         print_error(prog, err)
-        sys.exit(2)
+        code = 2
     except RunFailed as err:
         print_error(prog, err)
-        sys.exit(1)
+        code = 1
     except KeyboardInterrupt:
         say(f"{prog}: interrupted", sys.stderr)
-        sys.exit(130)
-    sys.exit(code or 0)
+        code = 130
+    if exit_at_once:
+        exit_now(code)
+    sys.exit(code)
+
+
+def exit_now(code: int) -> None:
+    """End the process as a normal exit would, less the teardown of its
+    modules: wait for its other threads, run the exit handlers, flush."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # What Python's own exit does first, in its order (private names, in
+    # every Python 3).
+    threading._shutdown()
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

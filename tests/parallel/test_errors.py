@@ -65,3 +65,30 @@ def test_ctrl_c_is_exit_130():
         process.kill()
     assert process.returncode == 130
     assert stderr == "tool: interrupted\n"
+
+
+AT_ONCE = """
+import atexit, sys, threading, time
+from horovod_train.core.errors import UserError, run_main
+
+def main():
+    atexit.register(lambda: print("exit handler ran", flush=True))
+    # A thread still working: a normal exit waits for it, and so must this one.
+    threading.Thread(target=lambda: (time.sleep(0.5), print("thread done", flush=True))).start()
+    if sys.argv[1] == "bad-input":
+        raise UserError("--epochs 0: must be at least 1")
+    return int(sys.argv[1])
+
+run_main(main, prog="trainer", exit_at_once=True)
+"""
+
+
+@pytest.mark.parametrize("what, code", [("0", 0), ("3", 3), ("bad-input", 2)])
+def test_ending_at_once_still_runs_what_a_normal_exit_runs(what, code):
+    """The trainers end without the interpreter's teardown, but as a normal
+    exit would otherwise: other threads finished, exit handlers run, the
+    convention's code."""
+    result = subprocess.run([sys.executable, "-c", AT_ONCE, what], cwd=REPO,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == code
+    assert result.stdout == "thread done\nexit handler ran\n"
