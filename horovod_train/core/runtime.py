@@ -5,6 +5,7 @@ describes the rank to the rest of the run. `hvd` is the framework's Horovod
 module (horovod.torch, horovod.tensorflow or horovod.mxnet); all share this
 API."""
 
+import concurrent.futures
 import functools
 import os
 import platform
@@ -79,13 +80,32 @@ def versions(framework_module: str) -> dict:
     PyTorch trainer adds CUDA and NCCL on GPUs. Each None where unknown."""
     framework = sys.modules.get(framework_module)
     horovod = sys.modules.get("horovod")
+    open_mpi, commit = (_SLOW_VERSIONS.pop().result() if _SLOW_VERSIONS
+                        else slow_versions())
     return {
         "python": platform.python_version(),
         framework_module: getattr(framework, "__version__", None),
         "horovod": getattr(horovod, "__version__", None),
-        "open_mpi": open_mpi_version(),
-        "commit": checkout_commit(),
+        "open_mpi": open_mpi,
+        "commit": commit,
     }
+
+
+def slow_versions() -> tuple[str | None, str | None]:
+    """The versions read by running programs (ompi_info, git): a few tenths
+    of a second, which rank 0 spends while the run starts (prefetch_versions)."""
+    return open_mpi_version(), checkout_commit()
+
+
+# The pending slow_versions() of prefetch_versions, for versions() to take.
+_SLOW_VERSIONS: list[concurrent.futures.Future] = []
+
+
+def prefetch_versions() -> None:
+    """Start slow_versions() in a thread now, for versions() to take later."""
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    _SLOW_VERSIONS.append(pool.submit(slow_versions))
+    pool.shutdown(wait=False)
 
 
 def open_mpi_version() -> str | None:
@@ -140,6 +160,8 @@ def init_horovod(hvd, cpu_tensors: bool) -> None:
         use_defaults(CPU_RANK_HOROVOD_SETTINGS)
     hvd.init()
     phases.mark("horovod")
+    if hvd.rank() == 0:
+        prefetch_versions()  # the run's first line needs them: read them meanwhile
 
 
 def threads_per_rank(local_size: int, requested: int | None) -> int:
