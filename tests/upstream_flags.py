@@ -17,6 +17,16 @@ class Flag(NamedTuple):
     expected: object
 
 
+# Both examples' options for starting their own ranks.
+LAUNCH = [
+    Flag("--num-proc", "2", "ranks to start when not run through horovodrun (horovod.run)",
+         "launch.num_proc", 2),
+    Flag("--hosts", "localhost:2", "hosts to run on in notation: hostname:slots[,host2:slots"
+         "[,...]]", "launch.hosts", "localhost:2"),
+    Flag("--communication", "gloo", "collaborative communication to use: gloo, mpi",
+         "launch.communication", "gloo"),
+]
+
 PYTORCH = [
     Flag("--batch-size", "32", "input batch size for training", "schedule.batch_size", 32),
     Flag("--test-batch-size", "500", "input batch size for testing",
@@ -39,12 +49,7 @@ PYTORCH = [
          "horovod.gradient_predivide_factor", 2.0),
     Flag("--data-dir", "mnist-data", "location of the training dataset in the local "
          "filesystem (will be downloaded if needed)", "data.data_dir", Path("mnist-data")),
-    Flag("--num-proc", "2", "ranks to start when not run through horovodrun (horovod.run)",
-         "launch.num_proc", 2),
-    Flag("--hosts", "localhost:2", "hosts to run on in notation: hostname:slots[,host2:slots"
-         "[,...]]", "launch.hosts", "localhost:2"),
-    Flag("--communication", "gloo", "collaborative communication to use: gloo, mpi",
-         "launch.communication", "gloo"),
+    *LAUNCH,
 ]
 
 MXNET = [
@@ -59,12 +64,7 @@ MXNET = [
          "horovod.fp16_allreduce", True),
     Flag("--gradient-predivide-factor", "2.0", "apply gradient predivide factor in optimizer",
          "horovod.gradient_predivide_factor", 2.0),
-    Flag("--num-proc", "2", "ranks to start when not run through horovodrun (horovod.run)",
-         "launch.num_proc", 2),
-    Flag("--hosts", "localhost:2", "hosts to run on in notation: hostname:slots[,host2:slots"
-         "[,...]]", "launch.hosts", "localhost:2"),
-    Flag("--communication", "gloo", "collaborative communication to use: gloo, mpi",
-         "launch.communication", "gloo"),
+    *LAUNCH,
 ]
 
 
