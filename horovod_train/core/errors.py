@@ -64,20 +64,27 @@ def run_main(main: Callable[[], int | None], prog: str | None = None,
     prog = prog or Path(sys.argv[0]).name
     for note in old_name_notes():
         say(f"{prog}: {note}", sys.stderr)
-    try:
-        code = main() or 0
-    except UserError as err:
-        print_error(prog, err)
-        code = 2
-    except RunFailed as err:
-        print_error(prog, err)
-        code = 1
-    except KeyboardInterrupt:
-        say(f"{prog}: interrupted", sys.stderr)
-        code = 130
+    code = exit_code(main, prog)
     if exit_at_once:
         exit_now(code)
     sys.exit(code)
+
+
+def exit_code(main: Callable[[], int | None], prog: str) -> int:
+    """Run `main` and return the code the convention gives its end, having
+    said the error's one line (run_main exits with it; a rank that
+    horovod.run started returns it)."""
+    try:
+        return main() or 0
+    except UserError as err:
+        print_error(prog, err)
+        return 2
+    except RunFailed as err:
+        print_error(prog, err)
+        return 1
+    except KeyboardInterrupt:
+        say(f"{prog}: interrupted", sys.stderr)
+        return 130
 
 
 def exit_now(code: int) -> None:

@@ -11,12 +11,11 @@ anything starts. Each rank returns the exit code its error line goes with
 
 import importlib
 import os
-import sys
 from pathlib import Path
 
 from horovod_train.core import config as run_config
 from horovod_train.core.console import say
-from horovod_train.core.errors import RunFailed, UserError, print_error
+from horovod_train.core.errors import RunFailed, exit_code
 from horovod_train.launch import hosts as host_checks
 
 REPO = Path(__file__).resolve().parents[2]  # the checkout
@@ -69,20 +68,11 @@ def start_ranks(trainer_module: str, prog: str, argv: list[str],
 
 
 def run_rank(trainer_module: str, prog: str, argv: list[str]) -> int:
-    """One rank: the trainer's main(argv), with the error convention's line
-    and code (errors.run_main's), returned rather than exited with, since
-    horovod.run collects each rank's return value."""
+    """One rank: the trainer's main(argv), its code as errors.run_main would
+    exit with it, returned instead, since horovod.run collects each rank's
+    return value."""
     main = importlib.import_module(trainer_module).main
     try:
-        return main(argv) or 0
-    except UserError as err:
-        print_error(prog, err)
-        return 2
-    except RunFailed as err:
-        print_error(prog, err)
-        return 1
-    except KeyboardInterrupt:
-        say(f"{prog}: interrupted", sys.stderr)
-        return 130
+        return exit_code(lambda: main(argv), prog)
     except SystemExit as exit_:  # argparse, or a rank told to end
         return exit_.code if isinstance(exit_.code, int) else 1
