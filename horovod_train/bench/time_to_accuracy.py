@@ -131,8 +131,14 @@ def floor_commands(args: argparse.Namespace) -> dict[str, list[str]]:
     return commands
 
 
+def venv_env() -> dict:
+    """This environment's, with its venv first on PATH (horovodrun's ranks
+    find its python and tools there)."""
+    return {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
+
+
 def time_command(command: list[str]) -> float:
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
+    env = venv_env()
     started = time.perf_counter()
     result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
                             timeout=300)
@@ -163,7 +169,7 @@ def run_trainer(command: list[str], work: Path) -> tuple[dict, dict]:
     """One run: its summary.json and the command's clocks; or the
     trainer's own error line, as bad input when the trainer refused its
     options or data (its exit 2), else as a failed run."""
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
+    env = venv_env()
     answer_s, stdout = None, []
     # stderr to a file: reading stdout line by line must not leave a full
     # stderr pipe blocking the ranks.
