@@ -2,6 +2,6 @@
 # Throughput of a workload on a matrix of layouts (1x1 1x2 2x2 2x4 by
 # default), Horovod and torchrun + DDP side by side; writes results.json,
 # scaling.csv, scaling.md and scaling.png. See --help. Logic in
-# horovod_train/bench/matrix.py.
+# benchmarks/matrix.py.
 set -euo pipefail
-exec "$(dirname "$0")/../scripts/python.sh" -m horovod_train.bench.matrix "$@"
+exec "$(dirname "$0")/../scripts/python.sh" -m benchmarks.matrix "$@"

@@ -8,5 +8,7 @@ framework:
   and outputs, the watchdog, errors and the console;
 - torch/, tensorflow/, mxnet/: each framework's trainer, model, data and
   checkpoint (elastic training beside PyTorch's trainer);
-- launch/: starting ranks on hosts (horovodrun, Slurm, host discovery);
-- bench/: measuring (timed steps, throughput, scaling tables)."""
+- launch/: starting ranks on hosts (horovodrun, Slurm, host discovery).
+
+The measuring code lives apart, in the checkout's benchmarks/ package, which
+imports this one; nothing here imports it."""

@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     if config.torch.elastic:
         from horovod_train.torch.elastic import run
     elif config.benchmark.steps:
-        from horovod_train.bench.trainer_benchmark import run
+        from horovod_train.torch.benchmark_steps import run
     else:
         from horovod_train.torch.trainer import run
     phases.mark("imports")

@@ -237,7 +237,7 @@ def input_problem(model: str, synthetic: bool, benchmarking: bool,
     """What is wrong with a network's input, or None: synthetic images and
     the networks that take no MNIST (the resnets) are for timed steps only,
     and those networks take synthetic images only. The trainer's
-    --benchmark-steps and the DDP baseline (bench/ddp_benchmark.py) share it."""
+    --benchmark-steps and the DDP baseline (benchmarks/ddp_benchmark.py) share it."""
     if not benchmarking and (synthetic or model not in mnist_models):
         return "--synthetic and the resnet models are for --benchmark-steps runs only"
     if model not in mnist_models and not synthetic:

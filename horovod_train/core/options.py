@@ -219,7 +219,7 @@ MEMORY_FORMAT_HELP = ("layout of the convolution weights and activations: channe
 
 
 def add_benchmark_options(parser: argparse.ArgumentParser) -> None:
-    """Throughput mode: timed steps instead of epochs (see bench/timed_steps.py)."""
+    """Throughput mode: timed steps instead of epochs (see torch/timed_steps.py)."""
     bench = parser.add_argument_group("benchmark")
     bench.add_argument("--benchmark-steps", type=positive_int, default=None, metavar="N",
                        help="time N training steps instead of training for epochs; no "

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 from conftest import BIN, REPO
 
-from horovod_train.bench import matrix
+from benchmarks import matrix
 from horovod_train.core.errors import UserError
 
 RUN_MATRIX = REPO / "benchmarks" / "run_matrix.sh"

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 from conftest import BIN, REPO
 
-from horovod_train.bench import predict_scaling
+from benchmarks import predict_scaling
 
 SCRIPT = REPO / "benchmarks" / "predict_scaling.py"
 COMMITTED = REPO / "benchmarks" / "results" / "cpu-2core-1gbit"

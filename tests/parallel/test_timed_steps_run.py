@@ -11,7 +11,7 @@ import subprocess
 import pytest
 from conftest import BIN, REPO, horovodrun
 
-from horovod_train.bench import timed_steps
+from horovod_train.torch import timed_steps
 
 
 def read_result(log_dir) -> dict:

@@ -3,7 +3,7 @@ exit 2 (each command runs as users type it in tests/parallel)."""
 
 import pytest
 
-from horovod_train.bench import trainer_throughput
+from benchmarks import trainer_throughput
 
 
 def test_trainer_throughput_help_lists_the_options(capsys):

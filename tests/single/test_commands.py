@@ -58,7 +58,7 @@ def test_every_program_module_is_started_by_a_command():
     started |= {m for source in sources for m in re.findall(r'"-m", "(horovod_train[\w.]*)"',
                                                            source)}
     started |= {f"horovod_train.{path.stem}" for path in TRAINERS}
-    started |= {f"horovod_train.bench.{path.stem}" for path in BENCHMARK_FILES}
+    started |= {f"benchmarks.{path.stem}" for path in BENCHMARK_FILES}
     started |= {"horovod_train.mnist"}
     # An entry module that takes its cli() from another starts that one.
     started |= {m for source in sources
@@ -77,7 +77,7 @@ def test_benchmark_files_are_thin_commands_of_their_module(path):
     imports = [node for node in tree.body if isinstance(node, ast.ImportFrom)
                and node.module and node.module.startswith("horovod_train")]
     assert [(node.module, [a.name for a in node.names]) for node in imports] == [
-        (f"horovod_train.bench.{path.stem}", ["cli"])]
+        (f"benchmarks.{path.stem}", ["cli"])]
     functions = [node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)]
     code = path.read_text().splitlines()[tree.body[1].lineno - 1:]
     assert not functions and len(code) <= 12, code

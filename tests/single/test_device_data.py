@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from horovod_train.bench.upstream_example import TorchvisionStyleMnist
+from benchmarks.upstream_example import TorchvisionStyleMnist
 from horovod_train.core import mnist, sharding
 from horovod_train.torch import dataloader, device_data
 

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from horovod_train.bench import scaling_tables
+from benchmarks import scaling_tables
 
 
 def run_record(layout: str, launcher: str, rate: float, repeat: int = 0, **extra) -> dict:
-    """A run as bench/matrix.py records it, with the figures given."""
+    """A run as benchmarks/matrix.py records it, with the figures given."""
     nodes, per_node = (int(x) for x in layout.split("x"))
     return {"layout": layout, "nodes": nodes, "ranks_per_node": per_node,
             "ranks": nodes * per_node, "launcher": launcher, "repeat": repeat, "status": "ok",

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from horovod_train.bench import timed_steps
+from horovod_train.torch import timed_steps
 from horovod_train.core import mnist
 from horovod_train.pytorch_mnist import parse_args
 from horovod_train.torch import device_data

@@ -1,6 +1,6 @@
 """Throughput of one workload on a matrix of layouts, with Horovod and with
 torchrun + DDP side by side. Run it through benchmarks/run_matrix.sh;
-horovod_train/bench/scaling_tables.py turns the runs into results.json,
+benchmarks/scaling_tables.py turns the runs into results.json,
 scaling.csv, scaling.md and scaling.png.
 
 A layout NxG is N nodes with G ranks (GPUs) each. Every run has the same
@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from horovod_train.bench import scaling_tables
+from benchmarks import scaling_tables
 from horovod_train.core import options, runtime
 from horovod_train.core.errors import ArgumentParser, RunFailed, UserError, run_main
 from horovod_train.core.runtime import command_output

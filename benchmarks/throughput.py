@@ -14,7 +14,8 @@ import horovod
 import numpy as np
 import torch
 
-from horovod_train.bench import timed_steps, upstream_example
+from benchmarks import upstream_example
+from horovod_train.torch import timed_steps
 from horovod_train.core import loop, mnist
 from horovod_train.torch import device_data
 from horovod_train.torch.models import build_model

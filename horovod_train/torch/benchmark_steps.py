@@ -6,7 +6,7 @@ this through horovod_train/pytorch_mnist.py)."""
 import horovod.torch as hvd
 import torch
 
-from horovod_train.bench import timed_steps
+from horovod_train.torch import timed_steps
 from horovod_train.core import console, distributed, mnist, outputs
 from horovod_train.core.config import RunConfig
 from horovod_train.torch.models import MNIST_MODELS, build_model, input_shape
