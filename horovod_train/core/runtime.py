@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from horovod_train.core import phases
+from horovod_train.core.slurm_tasks import expand_tasks_per_node
 
 REPO = Path(__file__).resolve().parents[2]  # the checkout, when the package runs from one
 
@@ -178,8 +179,6 @@ def local_size_before_init() -> int:
         return int(told)
     step_tasks, node = os.environ.get("SLURM_STEP_TASKS_PER_NODE"), os.environ.get("SLURM_NODEID")
     if step_tasks and node and node.isdigit():
-        from horovod_train.launch.slurm import expand_tasks_per_node
-
         return expand_tasks_per_node(step_tasks)[int(node)]
     return 1
 

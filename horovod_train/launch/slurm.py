@@ -75,6 +75,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from horovod_train.core.errors import ArgumentParser, RunFailed, UserError, run_main
+from horovod_train.core.slurm_tasks import expand_tasks_per_node
 from horovod_train.launch import network
 from horovod_train.launch.hosts import Host, SshTarget, host_list, probe_ssh_port, total_slots
 
@@ -92,25 +93,11 @@ SSHD_WAIT_S = 600  # the other nodes' containers: pulling an image can take minu
 STOP_GRACE_S = 20  # horovodrun's (or srun's) time to stop its ranks before it is killed
 CHECK_TIMEOUT_S = 600  # the trainer's option check: Pyxis may pull the image first
 
-TASKS_ITEM = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
 MOUNT_ITEM = re.compile(r"^([^:,]+):(/[^:,]*)(:ro)?$")
 INTERFACE_NAME = re.compile(r"^[\w.:@-]{1,15}$")  # what Linux allows, less / and spaces
 
 
 # --- the allocation -------------------------------------------------------------
-
-def expand_tasks_per_node(text: str) -> list[int]:
-    """SLURM_TASKS_PER_NODE's compressed form, one count per node:
-    '2(x3),1' -> [2, 2, 2, 1]."""
-    counts = []
-    for item in text.split(","):
-        match = TASKS_ITEM.match(item.strip())
-        if not match or int(match[1]) < 1 or (match[2] and int(match[2]) < 1):
-            raise UserError(f"SLURM_TASKS_PER_NODE={text}: cannot read {item.strip()!r} "
-                            "(want counts such as 2(x2),1)")
-        counts += [int(match[1])] * int(match[2] or 1)
-    return counts
-
 
 def node_hostnames(nodelist: str) -> list[str]:
     """The nodes of SLURM_JOB_NODELIST. A plain list is split here; a
