@@ -133,3 +133,14 @@ def test_every_recipe_file_is_in_the_image():
         assert copied.get(entry.name) == f"/opt/horovod-env/{entry.name}", \
             f"docker/env/{entry.name} is not copied to /opt/horovod-env/{entry.name}"
 
+
+def test_pythonpath_is_the_checkout():
+    """`python benchmarks/NAME.py` in the image imports benchmarks and
+    horovod_train from the checkout: PYTHONPATH is the working directory,
+    where the checkout is mounted and where app.Dockerfile copies it."""
+    steps = instructions()
+    env = " ".join(arguments for keyword, arguments in steps if keyword == "ENV")
+    workdir = [arguments for keyword, arguments in steps if keyword == "WORKDIR"][-1]
+    assert re.search(rf"(^| )PYTHONPATH={re.escape(workdir)}( |$)", env), env
+    app = instructions(CONTEXT / "app.Dockerfile")
+    assert ("COPY", f". {workdir}") in app
