@@ -3,22 +3,15 @@
 # two containers share one), install the cluster's keys from a mounted
 # directory, start sshd on the cluster's port, then run the given command.
 #
-#   HVT_KEYS_DIR  where scripts/cluster_keys.sh's output is mounted
-#                     (default /etc/horovod/keys): id_ed25519,
-#                     authorized_keys, and optionally known_hosts
-#   HVT_CLUSTER_HOSTS     the cluster's host names, space-separated: ssh accepts
-#                     a new host key only for these (unless known_hosts is given)
-#   HVT_SSH_PORT          sshd's port (default 12345)
+#   HVT_KEYS_DIR       where scripts/cluster_keys.sh's output is mounted
+#                      (default /etc/horovod/keys): id_ed25519,
+#                      authorized_keys, and optionally known_hosts
+#   HVT_CLUSTER_HOSTS  the cluster's host names, space-separated: ssh accepts
+#                      a new host key only for these (unless known_hosts is given)
+#   HVT_SSH_PORT       sshd's port (default 12345)
+#
+# The full list of the project's settings: docs/settings.md.
 set -euo pipefail
-
-# The names these settings had before (horovod_train/core/env_names.py):
-# said, not read.
-for renamed in CLUSTER_KEYS_DIR=HVT_KEYS_DIR CLUSTER_HOSTS=HVT_CLUSTER_HOSTS SSH_PORT=HVT_SSH_PORT; do
-  old=${renamed%%=*}
-  if [[ -v $old ]]; then
-    echo "entrypoint: note: $old is now ${renamed#*=}; $old is not read" >&2
-  fi
-done
 
 keys=${HVT_KEYS_DIR:-/etc/horovod/keys}
 port=${HVT_SSH_PORT:-12345}
