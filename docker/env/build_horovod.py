@@ -538,17 +538,8 @@ def default_cache_dir() -> Path:
     return Path(base) / "horovod-train" / "wheels"
 
 
-# The names of the settings read here before (horovod_train/core/env_names.py's
-# entries: this recipe imports nothing of the package): said, not read.
-RENAMED = {"HOROVOD_WHEEL_CACHE": "HVT_WHEEL_CACHE", "PYTHON": "HVT_PYTHON"}
-
-
 def run_main(argv: list[str]) -> None:
     """horovod_train.core.errors.run_main's convention, by hand (see UserError)."""
-    for old, new in RENAMED.items():
-        if old in os.environ:
-            print(f"build_horovod: note: {old} is now {new}; {old} is not read",
-                  file=sys.stderr, flush=True)
     try:
         code = main(argv)
     except UserError as err:

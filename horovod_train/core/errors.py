@@ -22,7 +22,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from horovod_train.core.console import say  # one write per line, as the trainers print
-from horovod_train.core.env_names import old_name_notes
 
 
 class UserError(Exception):
@@ -52,9 +51,7 @@ def run_main(main: Callable[[], int | None], prog: str | None = None,
              exit_at_once: bool = False) -> None:
     """Run an entry point and exit with its code, or as the convention says
     for a UserError (2), a RunFailed (1) or Ctrl-C (130). The line starts
-    with `prog`, by default the name of the script run. First, a line for
-    each of the project's old environment variable names that is set
-    (env_names).
+    with `prog`, by default the name of the script run.
 
     With exit_at_once (the trainers), the process ends as soon as its exit
     handlers have run (Horovod's shutdown among them), without the
@@ -62,8 +59,6 @@ def run_main(main: Callable[[], int | None], prog: str | None = None,
     more once torch is loaded; the outputs are all written, closed and
     synced by then."""
     prog = prog or Path(sys.argv[0]).name
-    for note in old_name_notes():
-        say(f"{prog}: {note}", sys.stderr)
     code = exit_code(main, prog)
     if exit_at_once:
         exit_now(code)
