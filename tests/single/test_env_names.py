@@ -85,9 +85,9 @@ def test_the_settings_table_is_every_setting_the_code_reads():
     that read it."""
     read = {name: where for name, where in names_read().items() if name.startswith(PREFIX)}
     table = settings_table()
-    assert {"not in the table": sorted(read.keys() - table.keys()),
-            "read nowhere": sorted(table.keys() - read.keys())} == \
-        {"not in the table": [], "read nowhere": []}
+    unlisted = sorted(read.keys() - table.keys())
+    unread = sorted(table.keys() - read.keys())
+    assert (unlisted, unread) == ([], [])
     wrong = {name: {"table": sorted(table[name]), "code": sorted(read[name])}
              for name in read if table[name] != read[name]}
     assert wrong == {}
