@@ -16,8 +16,9 @@ import sys
 from datetime import timedelta
 from pathlib import Path
 
-from horovod_train.core import config, options
+from horovod_train.core import options
 from horovod_train.core.errors import ArgumentParser, UserError, run_main
+from horovod_train.torch import options as torch_options
 from horovod_train.torch.models import MEMORY_FORMATS, MNIST_MODELS, MODELS
 
 
@@ -28,9 +29,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--no-download", action="store_true")
     parser.add_argument("--model", choices=sorted(MODELS), default="mnist_cnn")
     parser.add_argument("--memory-format", choices=sorted(MEMORY_FORMATS),
-                        default="channels_last", help=options.MEMORY_FORMAT_HELP)
-    parser.add_argument("--amp", choices=options.AMP_CHOICES, default="auto",
-                        help=options.AMP_HELP)
+                        default="channels_last", help=torch_options.MEMORY_FORMAT_HELP)
+    parser.add_argument("--amp", choices=torch_options.AMP_CHOICES, default="auto",
+                        help=torch_options.AMP_HELP)
     parser.add_argument("--batch-size", type=options.positive_int, default=64,
                         help="images per rank per step")
     parser.add_argument("--lr", type=options.positive_float, default=0.05)
@@ -39,11 +40,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--no-cuda", action="store_true")
     parser.add_argument("--threads", type=options.positive_int, default=None)
     parser.add_argument("--log-dir", type=Path, default=Path("runs") / "ddp_benchmark")
-    options.add_benchmark_options(parser)
+    torch_options.add_benchmark_options(parser)
     args = parser.parse_args(argv)
     if args.benchmark_steps is None:
         parser.error("--benchmark-steps is required")
-    problem = config.input_problem(args.model, args.synthetic, True, MNIST_MODELS)
+    problem = torch_options.input_problem(args.model, args.synthetic, True, MNIST_MODELS)
     if problem:
         parser.error(problem)
     return args
@@ -67,7 +68,7 @@ def main() -> int:
     allocator.keep_freed_memory()
     local_rank = int(os.environ["LOCAL_RANK"])
     use_cuda = not args.no_cuda and torch.cuda.is_available()
-    problem = config.amp_problem(args.amp, use_cuda)  # the trainer's rule
+    problem = torch_options.amp_problem(args.amp, use_cuda)  # the trainer's rule
     if problem:
         raise UserError(problem)
     device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")

@@ -25,10 +25,11 @@ import time
 from pathlib import Path
 
 from benchmarks import scaling_tables
-from horovod_train.core import options, runtime
+from horovod_train.core import runtime
 from horovod_train.core.errors import ArgumentParser, RunFailed, UserError, run_main
 from horovod_train.core.runtime import command_output
 from horovod_train.launch.hosts import Host, host_list, is_local, read_hostfile
+from horovod_train.torch import options as torch_options
 
 REPO = Path(__file__).resolve().parents[2]  # the checkout
 
@@ -431,9 +432,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         default="channels_last",
                         help="layout of both launchers' weights (the trainers' default "
                              "channels_last, or contiguous)")
-    parser.add_argument("--amp", choices=options.AMP_CHOICES, default="auto",
+    parser.add_argument("--amp", choices=torch_options.AMP_CHOICES, default="auto",
                         help="both launchers' precision, as the trainer's --amp: "
-                             + options.AMP_HELP)
+                             + torch_options.AMP_HELP)
     parser.add_argument("--batch-size", type=int, default=64, help="images per rank per step")
     parser.add_argument("--warmup-steps", type=int, default=5)
     parser.add_argument("--steps", type=int, default=50, help="timed steps per run")

@@ -1,6 +1,7 @@
 """The flags of Horovod 0.28.1's own MNIST examples
-(examples/pytorch/pytorch_mnist.py, examples/mxnet/mxnet_mnist.py), as data:
-each with an example value, what it means upstream (its help), and where our
+(examples/pytorch/pytorch_mnist.py, examples/mxnet/mxnet_mnist.py) and the
+words of its TensorFlow 2 one (examples/tensorflow2/tensorflow2_mnist.py),
+as data: each with an example value, what it means upstream (its help), and where our
 trainer's configuration holds the same meaning, with the value it must
 hold. tests/single/test_upstream_flags.py checks each flag's meaning;
 tests/parallel/test_upstream_flags_run.py runs them for real."""
@@ -66,6 +67,23 @@ MXNET = [
          "horovod.gradient_predivide_factor", 2.0),
     *LAUNCH,
 ]
+
+
+# Horovod's TensorFlow 2 example has no flags: given exactly three words,
+# `NUM_PROC HOSTS COMMUNICATION`, it starts its ranks through horovod.run
+# (np, hosts, use_gloo/use_mpi). Each word as the flag of ours that holds it.
+TENSORFLOW2_WORDS = [
+    Flag("--num-proc", "2", "np: ranks horovod.run starts", "launch.num_proc", 2),
+    Flag("--hosts", "localhost:2", "hosts: hostname:slots[,host2:slots[,...]]",
+         "launch.hosts", "localhost:2"),
+    Flag("--communication", "gloo", "use_gloo if gloo, use_mpi if mpi",
+         "launch.communication", "gloo"),
+]
+
+
+def words(flags: list[Flag]) -> list[str]:
+    """The values alone, as the TensorFlow 2 example's command line."""
+    return [flag.value for flag in flags]
 
 
 def argv(flags: list[Flag], leave_out: tuple[str, ...] = ()) -> list[str]:

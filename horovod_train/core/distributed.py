@@ -106,11 +106,10 @@ def resume_on_root(hvd, rt: Runtime, restore) -> int:
     return hvd.broadcast_object(epochs_done, root_rank=0, name="epochs_done")
 
 
-def check_placement(config: RunConfig, framework: str, rt: Runtime, on_gpu: bool,
-                    mnist_models: tuple[str, ...] = ()) -> None:
+def check_placement(config: RunConfig, rt: Runtime, on_gpu: bool) -> None:
     """config.validate again, now that the controller and the device are
     known; every rank finds the same, so each stops with the same line."""
-    problem = validate(config, framework, mnist_models, Placement(rt.controller, on_gpu))
+    problem = validate(config, Placement(rt.controller, on_gpu))
     if problem:
         raise UserError(problem)
 

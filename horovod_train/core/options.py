@@ -172,30 +172,25 @@ def base_parser(prog: str, description: str) -> argparse.ArgumentParser:
     return parser
 
 
-def finish(parser: argparse.ArgumentParser, args: argparse.Namespace, framework: str,
-           mnist_models: tuple[str, ...] = ()) -> RunConfig:
-    """The run configuration of parsed options, with the defaults that
-    depend on other options, checked as a whole (config.validate): a clash
-    is a usage error, one line and exit 2. With --check-options it is
-    printed instead, and the process ends."""
+def finish(parser: argparse.ArgumentParser, args: argparse.Namespace,
+           framework: config.FrameworkOptions) -> RunConfig:
+    """The run configuration of parsed options and the framework's own
+    (which the framework's part builds, taking its options out of `args`),
+    with the defaults that depend on other options, checked as a whole
+    (config.validate): a clash is a usage error, one line and exit 2. With
+    --check-options it is printed instead, and the process ends."""
     values = vars(args)
     check_only = values.pop("check_options")
     if values["checkpoint_dir"] is None:
         values["checkpoint_dir"] = args.log_dir / "checkpoints"
-    sections = {name: section(**{field.name: values.pop(field.name)
-                                 for field in dataclasses.fields(section)})
+    sections = {name: take(args, section)
                 for name, section in (("data", config.Data), ("schedule", config.Schedule),
                                       ("horovod", config.Horovod), ("device", config.Device),
                                       ("outputs", config.Outputs), ("launch", config.Launch))}
-    if "model" in values:  # the PyTorch trainer's options
-        values["steps"] = values.pop("benchmark_steps")
-        sections["benchmark"] = config.Benchmark(**{
-            field.name: values.pop(field.name) for field in dataclasses.fields(config.Benchmark)})
-        sections["torch"] = config.Torch(**values)
-    elif values:
+    if values:
         raise TypeError(f"options without a section: {', '.join(sorted(values))}")
-    run_config = RunConfig(**sections)
-    problem = config.validate(run_config, framework, mnist_models)
+    run_config = RunConfig(**sections, framework=framework)
+    problem = config.validate(run_config)
     if problem:
         parser.error(problem)
     if check_only:
@@ -204,30 +199,8 @@ def finish(parser: argparse.ArgumentParser, args: argparse.Namespace, framework:
     return run_config
 
 
-# The PyTorch trainer's and the DDP baseline's --amp: one precision for
-# epochs, elastic runs and timed steps, so the matrix times the step users train.
-AMP_CHOICES = ("auto", "bf16", "fp16", "off")
-AMP_HELP = ("mixed precision of the forward and backward passes: auto (the default) is bf16 "
-            "on GPUs that have it, fp16 with loss scaling on other GPUs, off on the CPU; "
-            "bf16 also runs on the CPU; fp16 needs a GPU")
-
-
-# The PyTorch trainer's and the DDP baseline's --memory-format (models.MEMORY_FORMATS).
-MEMORY_FORMAT_HELP = ("layout of the convolution weights and activations: channels_last "
-                      "(NHWC) is faster on CPUs (oneDNN) and what GPUs' tensor cores want; "
-                      "contiguous (NCHW) is PyTorch's own default")
-
-
-def add_benchmark_options(parser: argparse.ArgumentParser) -> None:
-    """Throughput mode: timed steps instead of epochs (see torch/timed_steps.py)."""
-    bench = parser.add_argument_group("benchmark")
-    bench.add_argument("--benchmark-steps", type=positive_int, default=None, metavar="N",
-                       help="time N training steps instead of training for epochs; no "
-                            "evaluation or checkpoints; writes LOG_DIR/benchmark.json")
-    bench.add_argument("--warmup-steps", type=non_negative_int, default=5,
-                       help="untimed steps before the timed ones")
-    bench.add_argument("--synthetic", action="store_true",
-                       help="random images made once on the device instead of MNIST "
-                            "(the only input of the resnet models)")
-    bench.add_argument("--image-size", type=positive_int, default=224,
-                       help="height and width of the synthetic images of the resnet models")
+def take(values: argparse.Namespace, section):
+    """The dataclass `section` of the parsed options that are its fields,
+    taken out of `values` (for finish(), which wants the rest)."""
+    fields = vars(values)
+    return section(**{field.name: fields.pop(field.name) for field in dataclasses.fields(section)})

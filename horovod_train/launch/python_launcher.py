@@ -1,7 +1,7 @@
 """A trainer that starts its own ranks, as Horovod's own examples do with
 --num-proc, --hosts and --communication: horovod.run (Horovod's Python
-launcher, horovodrun's machinery) starts each rank, which runs the trainer's
-main with the same options less those three.
+launcher, horovodrun's machinery) starts each rank, which runs the trainers'
+main (train.py) for the same framework with the same options less those three.
 
     python horovod_train/pytorch_mnist.py --num-proc 2 --communication gloo
 
@@ -9,10 +9,10 @@ The hosts are checked as scripts/launch.sh checks them (hosts.py) before
 anything starts. Each rank returns the exit code its error line goes with
 (errors.py); the command exits with the worst of them."""
 
-import importlib
 import os
 from pathlib import Path
 
+from horovod_train import train
 from horovod_train.core import config as run_config
 from horovod_train.core.console import say
 from horovod_train.core.errors import RunFailed, exit_code
@@ -37,10 +37,10 @@ def rank_argv(argv: list[str]) -> list[str]:
     return kept
 
 
-def start_ranks(trainer_module: str, prog: str, argv: list[str],
-                launch: run_config.Launch) -> int:
-    """Start launch.num_proc ranks of `trainer_module`'s main(argv) with
+def start_ranks(framework: str, argv: list[str], launch: run_config.Launch) -> int:
+    """Start launch.num_proc ranks of train.main(framework, argv) with
     horovod.run; the worst exit code of the ranks."""
+    prog = train.options_of(framework).PROG
     hosts = host_checks.parse_host_list(launch.hosts, "--hosts") if launch.hosts else None
     if hosts:
         host_checks.check_process_count(launch.num_proc, hosts, f"--hosts {launch.hosts}")
@@ -56,7 +56,7 @@ def start_ranks(trainer_module: str, prog: str, argv: list[str],
         f"(hosts {launch.hosts or 'this machine'}, {launch.communication or 'default'} "
         "controller)")
     try:
-        codes = horovod.run(run_rank, args=(trainer_module, prog, rank_argv(argv)),
+        codes = horovod.run(run_rank, args=(framework, rank_argv(argv)),
                             np=launch.num_proc, hosts=launch.hosts,
                             use_gloo=launch.communication == "gloo",
                             use_mpi=launch.communication == "mpi")
@@ -67,12 +67,11 @@ def start_ranks(trainer_module: str, prog: str, argv: list[str],
     return max(codes)
 
 
-def run_rank(trainer_module: str, prog: str, argv: list[str]) -> int:
-    """One rank: the trainer's main(argv), its code as errors.run_main would
-    exit with it, returned instead, since horovod.run collects each rank's
-    return value."""
-    main = importlib.import_module(trainer_module).main
+def run_rank(framework: str, argv: list[str]) -> int:
+    """One rank: train.main(framework, argv), its code as errors.run_main
+    would exit with it, returned instead, since horovod.run collects each
+    rank's return value."""
     try:
-        return exit_code(lambda: main(argv), prog)
+        return exit_code(lambda: train.main(framework, argv), train.options_of(framework).PROG)
     except SystemExit as exit_:  # argparse, or a rank told to end
         return exit_.code if isinstance(exit_.code, int) else 1

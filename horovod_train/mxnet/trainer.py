@@ -175,7 +175,7 @@ def run(config: RunConfig) -> dict:
     np.random.seed(config.schedule.seed)
     rt = runtime.describe(hvd, f"gpu:{context.device_id}" if use_gpu else "cpu",
                               int(os.environ.get("OMP_NUM_THREADS", "0")))
-    distributed.check_placement(config, "mxnet", rt, use_gpu)
+    distributed.check_placement(config, rt, use_gpu)
     train, test = distributed.prepare_run(hvd, rt, config)
     trainer = MXNetTrainer(config, rt, context, train, test)
     resume = config.outputs.resume

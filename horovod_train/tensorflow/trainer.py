@@ -181,7 +181,7 @@ def run(config: RunConfig) -> dict:
     started = time.perf_counter()
     rt = init(use_gpu=not config.device.no_cuda, threads=config.device.threads,
               seed=config.schedule.seed)
-    distributed.check_placement(config, "tensorflow", rt, rt.device.startswith("gpu"))
+    distributed.check_placement(config, rt, rt.device.startswith("gpu"))
     train, test = distributed.prepare_run(hvd, rt, config)
     trainer = TensorFlowTrainer(config, rt, train, test)
     resume = config.outputs.resume

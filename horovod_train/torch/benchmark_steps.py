@@ -9,7 +9,7 @@ import torch
 from horovod_train.torch import timed_steps
 from horovod_train.core import console, distributed, mnist, outputs
 from horovod_train.core.config import RunConfig
-from horovod_train.torch.models import MNIST_MODELS, build_model, input_shape
+from horovod_train.torch.models import build_model, input_shape
 from horovod_train.torch.precision import amp_name, amp_settings
 from horovod_train.torch.trainer import (
     distributed_optimizer,
@@ -22,11 +22,11 @@ from horovod_train.torch.trainer import (
 def run(config: RunConfig) -> dict:
     """Time --benchmark-steps training steps (after --warmup-steps) with
     Horovod; rank 0 writes every rank's figures to LOG_DIR/benchmark.json."""
-    schedule, options, bench = config.schedule, config.torch, config.benchmark
+    schedule, options, bench = config.schedule, config.framework.torch, config.framework.benchmark
     fp16_allreduce = config.horovod.fp16_allreduce
     rt, device = init(use_cuda=not config.device.no_cuda, threads=config.device.threads,
                       seed=schedule.seed)
-    distributed.check_placement(config, "pytorch", rt, device.type == "cuda", MNIST_MODELS)
+    distributed.check_placement(config, rt, device.type == "cuda")
     amp_dtype, use_scaler = amp_settings(device, options.amp)
     log_dir = config.outputs.log_dir
     distributed.check_all_ranks(

@@ -42,7 +42,7 @@ from horovod_train.core import (
 )
 from horovod_train.core.config import RunConfig
 from horovod_train.torch import checkpoint, device_data
-from horovod_train.torch.models import MNIST_MODELS, build_model
+from horovod_train.torch.models import build_model
 from horovod_train.torch.trainer import (
     TorchTrainer,
     batch_trainer,
@@ -96,7 +96,7 @@ class ElasticTrainer(TorchTrainer):
                                                             config.schedule.batch_size)
         self.step = batch_trainer(self.model, self.optimizer, self.device, self.amp_dtype,
                                   torch.amp.GradScaler("cuda", enabled=self.use_scaler), passes=1,
-                                  label_smoothing=config.torch.label_smoothing)
+                                  label_smoothing=config.framework.torch.label_smoothing)
 
     def start_epoch(self, epoch: int) -> None:
         self.model.train()
@@ -118,7 +118,7 @@ class ElasticTrainer(TorchTrainer):
         self.state.samples_done = min(self.n_train, self.state.samples_done
                                       + self.size * self.config.schedule.batch_size)
         self.state.steps += 1
-        if self.state.steps % self.config.torch.commit_every == 0:
+        if self.state.steps % self.config.framework.torch.commit_every == 0:
             self.commit()
         return sums
 
@@ -153,7 +153,7 @@ def resume_from_checkpoint(config: RunConfig, rt: runtime.Runtime, state,
     epoch."""
     out = config.outputs
     epochs_done = distributed.resume_on_root(hvd, rt, lambda: checkpoint.resume(
-        out.checkpoint_dir, state.model, state.optimizer, config.torch.model))
+        out.checkpoint_dir, state.model, state.optimizer, config.framework.torch.model))
     metrics.note_checkpoint(rt, checkpoint.checkpoint_path(out.checkpoint_dir), True)
     hvd.broadcast_parameters(state.model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(state.optimizer, root_rank=0)
@@ -166,7 +166,7 @@ def run(config: RunConfig) -> dict:
     rt, device = init(use_cuda=not config.device.no_cuda, threads=config.device.threads,
                       seed=config.schedule.seed)
     threads = rt.threads
-    distributed.check_placement(config, "pytorch", rt, device.type == "cuda", MNIST_MODELS)
+    distributed.check_placement(config, rt, device.type == "cuda")
     if rt.is_root:
         outputs.prepare_output_dirs(config.outputs.log_dir, config.outputs.checkpoint_dir)
     # Local only (see the module's docstring): a bad data directory ends this rank.
@@ -174,7 +174,8 @@ def run(config: RunConfig) -> dict:
                                                     download=not config.data.no_download)
     train_data = device_data.DeviceMnist(train_split, device)
     test_data = device_data.DeviceMnist(test_split, device)
-    model = build_model(config.torch.model, config.torch.memory_format).to(device)
+    options = config.framework.torch
+    model = build_model(options.model, options.memory_format).to(device)
     optimizer = distributed_optimizer(
         model, config.schedule.lr, config.schedule.momentum, config.horovod.fp16_allreduce,
         gradient_predivide_factor=config.horovod.gradient_predivide_factor)

@@ -23,7 +23,7 @@ from horovod_train.core import (
 from horovod_train.core.config import RunConfig
 from horovod_train.core.errors import UserError
 from horovod_train.torch import allocator, checkpoint, dataloader, device_data, gpu
-from horovod_train.torch.models import MNIST_MODELS, build_model, convert_sync_batchnorm
+from horovod_train.torch.models import build_model, convert_sync_batchnorm
 from horovod_train.torch.precision import amp_name, amp_settings, autocast
 
 # This process's NCCL debug output (GPU runs): set up before hvd.init(), read
@@ -140,9 +140,9 @@ class TorchTrainer(loop.Trainer):
     def __init__(self, config: RunConfig, model: nn.Module, optimizer, device: torch.device,
                  n_train: int, n_test: int, lr_scale: float):
         self.config, self.model, self.optimizer, self.device = config, model, optimizer, device
-        self.model_name = config.torch.model
+        self.model_name = config.framework.torch.model
         self.n_train, self.n_test, self.lr_scale = n_train, n_test, lr_scale
-        self.amp_dtype, self.use_scaler = amp_settings(device, config.torch.amp)
+        self.amp_dtype, self.use_scaler = amp_settings(device, config.framework.torch.amp)
 
     def versions(self) -> dict:
         # Epoch and elastic runs on GPUs alike record them.
@@ -190,7 +190,7 @@ class EpochTrainer(TorchTrainer):
                  lr_scale: float, nccl: dict | None):
         super().__init__(config, model, optimizer, device, len(train_split), len(test_split),
                          lr_scale)
-        schedule, options = config.schedule, config.torch
+        schedule, options = config.schedule, config.framework.torch
         self.rank, self.seed, self.nccl = rt.rank, schedule.seed, nccl
         workers = options.num_workers if options.num_workers is not None else (
             2 if device.type == "cuda" else 0)
@@ -235,11 +235,12 @@ class EpochTrainer(TorchTrainer):
 def run(config: RunConfig) -> dict:
     """The training run: the shared epoch loop (loop.fit) with an EpochTrainer."""
     started = time.perf_counter()
-    schedule, horovod, options, out = config.schedule, config.horovod, config.torch, config.outputs
+    schedule, horovod, out = config.schedule, config.horovod, config.outputs
+    options = config.framework.torch
     rt, device = init(use_cuda=not config.device.no_cuda, threads=config.device.threads,
                       seed=schedule.seed)
     on_cuda = device.type == "cuda"
-    distributed.check_placement(config, "pytorch", rt, on_cuda, MNIST_MODELS)
+    distributed.check_placement(config, rt, on_cuda)
     train_split, test_split = distributed.prepare_run(hvd, rt, config)
 
     model = build_model(options.model, options.memory_format)

@@ -24,7 +24,7 @@ import pytest
 import yaml
 from conftest import REPO
 
-from horovod_train.pytorch_mnist import parse_args as trainer_parse_args
+from horovod_train.torch.options import parse_args as trainer_parse_args
 
 MANIFEST_FILE = REPO / "docker" / "k8s" / "mpijob.yaml"
 MANIFEST = yaml.safe_load(MANIFEST_FILE.read_text())

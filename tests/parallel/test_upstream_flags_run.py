@@ -1,7 +1,7 @@
 """Horovod 0.28.1's MNIST examples' command lines, run for real with our
 trainers: every flag of tests/upstream_flags.py at once, the ranks started
 by the trainer itself through horovod.run (--num-proc, --hosts,
---communication), as upstream's do. Those that cannot run together or here:
+--communication, or the TensorFlow 2 example's three words), as upstream's do. Those that cannot run together or here:
 --use-adasum (MPI only, and not with a predivide factor) in a run of its own
 over MPI; --use-mixed-precision (CUDA only) refused on this CPU machine in
 one line, as upstream refuses it."""
@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 import upstream_flags
-from conftest import BIN, REPO
+from conftest import BIN, REPO, require_framework
 
 pytestmark = pytest.mark.slow
 
@@ -66,3 +66,17 @@ def test_mxnet_examples_command_line(small_mnist_dir, tmp_path):
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["size"] == 2 and summary["framework"] == "mxnet"
     assert summary["options"]["gradient_predivide_factor"] == 2.0
+
+
+def test_tensorflow2_examples_command_line(small_mnist_dir, tmp_path):
+    """`tensorflow2_mnist.py 2 localhost:2 gloo`, with our data options after."""
+    require_framework("TensorFlow")
+    result = run("tensorflow2_mnist.py", upstream_flags.words(upstream_flags.TENSORFLOW2_WORDS)
+                 + ["--epochs", "1", "--data-dir", str(small_mnist_dir), "--no-download"],
+                 tmp_path / "run")
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    assert "starting 2 ranks through horovod.run (hosts localhost:2, gloo controller)" in output
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["size"] == 2 and summary["framework"] == "tensorflow"
+    assert summary["controller"] == "gloo"

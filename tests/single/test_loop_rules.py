@@ -20,7 +20,7 @@ from horovod_train.core import (
     options,
     runtime,
 )
-from horovod_train.core.config import RunConfig
+from horovod_train.core.config import FrameworkOptions, RunConfig
 from horovod_train.core.errors import UserError
 
 CLASSES, FEATURES = 3, 2
@@ -137,7 +137,7 @@ def config_of(tmp_path, *argv: str) -> RunConfig:
     parser = options.base_parser("loop", "the loop's rules")
     argv = ["--log-dir", str(tmp_path / "run"), "--batch-size", "24", "--lr", "0.05",
             "--no-progress", *argv]
-    return options.finish(parser, parser.parse_args(argv), "numpy")
+    return options.finish(parser, parser.parse_args(argv), FrameworkOptions("numpy"))
 
 
 def fit(trainer: SoftmaxTrainer, epochs_done: int = 0) -> dict:

@@ -13,7 +13,7 @@ from tensorboard.backend.event_processing.event_multiplexer import EventMultiple
 
 from horovod_train.core import metrics
 from horovod_train.core.errors import RunFailed, UserError
-from horovod_train.pytorch_mnist import parse_args
+from horovod_train.torch.options import parse_args
 
 
 def record(epoch, accuracy):

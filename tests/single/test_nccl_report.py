@@ -16,7 +16,7 @@ import pytest
 
 from horovod_train.core import metrics, nccl_report
 from horovod_train.core.nccl_report import DebugOutput, parse, run_record, transport_line
-from horovod_train.pytorch_mnist import parse_args
+from horovod_train.torch.options import parse_args
 
 
 def debug_output(environ: dict, tmp_path) -> DebugOutput:

@@ -5,13 +5,14 @@ import json
 
 import pytest
 
-from horovod_train import mxnet_mnist, pytorch_mnist, tensorflow2_mnist
 from horovod_train.core import runtime
 from horovod_train.core.config import Placement, RunConfig, validate
-from horovod_train.torch.models import MNIST_MODELS
+from horovod_train.mxnet import options as mxnet_options
+from horovod_train.tensorflow import options as tensorflow_options
+from horovod_train.torch import options as torch_options
 
 
-@pytest.mark.parametrize("entry", [pytorch_mnist, tensorflow2_mnist, mxnet_mnist])
+@pytest.mark.parametrize("entry", [torch_options, tensorflow_options, mxnet_options])
 def test_every_trainer_reads_its_options_into_one_frozen_config(entry):
     config = entry.parse_args(["--epochs", "3", "--log-dir", "out"])
     assert isinstance(config, RunConfig) and config.schedule.epochs == 3
@@ -21,7 +22,7 @@ def test_every_trainer_reads_its_options_into_one_frozen_config(entry):
         config.schedule.epochs = 4
 
 
-@pytest.mark.parametrize("entry", [pytorch_mnist, tensorflow2_mnist, mxnet_mnist])
+@pytest.mark.parametrize("entry", [torch_options, tensorflow_options, mxnet_options])
 def test_check_options_prints_the_configuration_as_json_and_starts_nothing(entry, capsys):
     with pytest.raises(SystemExit) as done:
         entry.parse_args(["--epochs", "3", "--check-options"])
@@ -31,11 +32,11 @@ def test_check_options_prints_the_configuration_as_json_and_starts_nothing(entry
 
 
 def test_the_summary_record_of_a_config_is_json_values():
-    record = pytorch_mnist.parse_args(["--data-dir", "/data/mnist"]).as_record()
+    record = torch_options.parse_args(["--data-dir", "/data/mnist"]).as_record()
     assert record["data_dir"] == "/data/mnist" and record["target_accuracy"] is None
 
 
-@pytest.mark.parametrize("entry", [pytorch_mnist, tensorflow2_mnist, mxnet_mnist])
+@pytest.mark.parametrize("entry", [torch_options, tensorflow_options, mxnet_options])
 def test_every_trainers_help_names_the_settings_each_rank_makes(entry, capsys):
     """Each rank changes its process before Horovod starts: --help says how,
     and with which variable the user undoes it."""
@@ -48,7 +49,7 @@ def test_every_trainers_help_names_the_settings_each_rank_makes(entry, capsys):
 
 
 @pytest.mark.parametrize("entry, framework_options", [
-    (pytorch_mnist, True), (tensorflow2_mnist, False), (mxnet_mnist, False)])
+    (torch_options, True), (tensorflow_options, False), (mxnet_options, False)])
 def test_a_run_records_only_its_own_frameworks_options(entry, framework_options):
     record = entry.parse_args([]).as_record()
     pytorch_only = {"model", "memory_format", "label_smoothing", "backward_passes_per_step",
@@ -77,10 +78,10 @@ def test_a_run_records_only_its_own_frameworks_options(entry, framework_options)
 ])
 def test_a_bad_option_is_one_line_naming_it_and_exit_2(argv, message, capsys):
     with pytest.raises(SystemExit) as ended:
-        pytorch_mnist.parse_args(argv)
+        torch_options.parse_args(argv)
     assert ended.value.code == 2
     said = capsys.readouterr().err
-    assert said.startswith("pytorch_mnist.py: error: ") and message in said
+    assert said.startswith("torch_options.py: error: ") and message in said
     assert said.count("\n") == 1, said
 
 
@@ -102,9 +103,9 @@ def test_every_clash_between_options_is_one_line_and_exit_2(argv, message, capsy
     """config.validate, the one place options are checked against each other:
     what a kind of run would otherwise ignore without a word is refused."""
     with pytest.raises(SystemExit) as ended:
-        pytorch_mnist.parse_args(argv)
+        torch_options.parse_args(argv)
     assert ended.value.code == 2
-    assert capsys.readouterr().err == f"pytorch_mnist.py: error: {message}\n"
+    assert capsys.readouterr().err == f"torch_options.py: error: {message}\n"
 
 
 @pytest.mark.parametrize("argv", [
@@ -113,34 +114,34 @@ def test_every_clash_between_options_is_one_line_and_exit_2(argv, message, capsy
     ["--preset", "fast-mnist"],
 ])
 def test_options_that_go_together_pass(argv):
-    assert validate(pytorch_mnist.parse_args(argv), "pytorch", MNIST_MODELS) is None
+    assert validate(torch_options.parse_args(argv)) is None
 
 
 def test_mxnet_refuses_adasum_as_it_parses(capsys):
     with pytest.raises(SystemExit) as ended:
-        mxnet_mnist.parse_args(["--use-adasum"])
+        mxnet_options.parse_args(["--use-adasum"])
     assert ended.value.code == 2
     assert "Horovod's MXNet DistributedTrainer has no Adasum" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("entry, framework, argv, placement, message", [
-    (pytorch_mnist, "pytorch", ["--use-adasum"], Placement("gloo", on_gpu=False),
+@pytest.mark.parametrize("entry, argv, placement, message", [
+    (torch_options, ["--use-adasum"], Placement("gloo", on_gpu=False),
      "--use-adasum needs the MPI controller (horovodrun --mpi): Horovod implements Adasum "
      "over MPI only (pytorch)"),
-    (tensorflow2_mnist, "tensorflow", ["--use-adasum"], Placement("gloo", on_gpu=True),
+    (tensorflow_options, ["--use-adasum"], Placement("gloo", on_gpu=True),
      "--use-adasum needs the MPI controller (horovodrun --mpi): Horovod implements Adasum "
      "over MPI only (tensorflow)"),
-    (pytorch_mnist, "pytorch", ["--sync-bn"], Placement("mpi", on_gpu=False),
+    (torch_options, ["--sync-bn"], Placement("mpi", on_gpu=False),
      "--sync-bn needs GPUs: Horovod's SyncBatchNorm works on CUDA tensors only"),
-    (pytorch_mnist, "pytorch", ["--use-adasum", "--sync-bn"], Placement("mpi", on_gpu=True),
+    (torch_options, ["--use-adasum", "--sync-bn"], Placement("mpi", on_gpu=True),
      None),
 ])
 def test_options_that_depend_on_where_the_ranks_run_are_checked_with_the_placement(
-        entry, framework, argv, placement, message):
+        entry, argv, placement, message):
     """The same validate, once Horovod has started: the controller and the
     device are known then, not as the options are parsed."""
     config = entry.parse_args(argv)
-    assert validate(config, framework, MNIST_MODELS, placement) == message
+    assert validate(config, placement) == message
 
 
 def test_amp_auto_is_off_on_the_cpu_and_bf16_runs_there_and_fp16_is_refused():
@@ -152,8 +153,8 @@ def test_amp_auto_is_off_on_the_cpu_and_bf16_runs_there_and_fp16_is_refused():
     assert amp_settings(cpu, "auto") == (None, False) and amp_name(None) == "off"
     assert amp_settings(cpu, "bf16") == (torch.bfloat16, False)
     assert amp_settings(cpu, "off") == (None, False)
-    config = pytorch_mnist.parse_args(["--amp", "fp16"])
-    assert validate(config, "pytorch", MNIST_MODELS, Placement("gloo", on_gpu=False)) == (
+    config = torch_options.parse_args(["--amp", "fp16"])
+    assert validate(config, Placement("gloo", on_gpu=False)) == (
         "--amp fp16 needs a GPU (its loss scaling is CUDA's): use bf16 or off on the CPU")
-    assert validate(config, "pytorch", MNIST_MODELS, Placement("gloo", on_gpu=True)) is None
+    assert validate(config, Placement("gloo", on_gpu=True)) is None
     assert config.as_record()["amp"] == "fp16"

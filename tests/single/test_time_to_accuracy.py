@@ -3,7 +3,7 @@ the trainer's --preset and --target-accuracy it relies on, and bad input
 answered with one error line."""
 
 
-from horovod_train.pytorch_mnist import parse_args
+from horovod_train.torch.options import parse_args
 from horovod_train.torch.presets import PRESETS
 
 

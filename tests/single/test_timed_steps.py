@@ -11,16 +11,16 @@ import torch
 
 from horovod_train.torch import timed_steps
 from horovod_train.core import mnist
-from horovod_train.pytorch_mnist import parse_args
+from horovod_train.torch.options import parse_args
 from horovod_train.torch import device_data
 
 
 def test_benchmark_mode_reads_through_the_loader_unless_told():
     """Training defaults to the in-memory pipeline; timed-step runs to the
     DataLoader, the input of ddp_benchmark.py, so Horovod and DDP compare."""
-    assert parse_args([]).torch.data_pipeline == "memory"
-    assert parse_args(["--benchmark-steps", "3"]).torch.data_pipeline == "loader"
-    assert parse_args(["--benchmark-steps", "3", "--data-pipeline", "memory"]).torch \
+    assert parse_args([]).framework.torch.data_pipeline == "memory"
+    assert parse_args(["--benchmark-steps", "3"]).framework.torch.data_pipeline == "loader"
+    assert parse_args(["--benchmark-steps", "3", "--data-pipeline", "memory"]).framework.torch \
         .data_pipeline == "memory"
 
 

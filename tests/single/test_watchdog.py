@@ -6,8 +6,8 @@ tested on the emulated hosts in test_stalls.py."""
 
 import pytest
 
-from horovod_train import pytorch_mnist
 from horovod_train.core import watchdog
+from horovod_train.torch import options as torch_options
 
 # Ranks 0 and 1 on host a, 2 and 3 on host b; rank 0 listens for heartbeats.
 PEERS = [watchdog.Peer(0, "a", 10, "1", ("10.0.0.1",), 5000),
@@ -43,10 +43,10 @@ def test_rank_0_is_found_at_one_of_its_host_addresses():
                                             ("soon", False)])
 def test_the_stall_limit_is_seconds_or_0_for_off(value, accepted, capsys):
     if accepted:
-        config = pytorch_mnist.parse_args(["--stall-limit", value])
+        config = torch_options.parse_args(["--stall-limit", value])
         assert config.horovod.stall_limit == float(value)
     else:
         with pytest.raises(SystemExit) as ended:
-            pytorch_mnist.parse_args(["--stall-limit", value])
+            torch_options.parse_args(["--stall-limit", value])
         assert ended.value.code == 2
         assert capsys.readouterr().err.count("\n") == 1
