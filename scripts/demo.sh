@@ -47,12 +47,12 @@ export PATH="$PWD/.venv/bin:$PATH"
 
 # Data: what is in --data-dir, else a local copy of the test digits, else a download.
 t10k="${HVT_MNIST_T10K_DIR:-../shared/datasets/mnist-t10k}"
-if ! scripts/python.sh -m horovod_train.mnist check --data-dir "$data_dir" >/dev/null 2>&1; then
+if ! scripts/python.sh -m horovod_train mnist check --data-dir "$data_dir" >/dev/null 2>&1; then
   if [[ -f "$t10k/t10k-images-idx3-ubyte.gz" ]]; then
     echo "demo.sh: no MNIST in $data_dir; splitting the 10,000 test digits in $t10k (8,000 train, 2,000 test)"
-    scripts/python.sh -m horovod_train.mnist subset --source "$t10k" --data-dir "$data_dir"
+    scripts/python.sh -m horovod_train mnist subset --source "$t10k" --data-dir "$data_dir"
   else
-    scripts/python.sh -m horovod_train.mnist download --data-dir "$data_dir"
+    scripts/python.sh -m horovod_train mnist download --data-dir "$data_dir"
   fi
 fi
 

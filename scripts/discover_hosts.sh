@@ -22,4 +22,4 @@ fi
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 hosts_file="${HVT_ELASTIC_HOSTS_FILE:-$repo/hostfiles/elastic}"
-exec "$repo/scripts/python.sh" -m horovod_train.launch.host_discovery "$hosts_file"
+exec "$repo/scripts/python.sh" -m horovod_train discover-hosts "$hosts_file"

@@ -4,4 +4,4 @@
 #   scripts/emulate_cluster.sh up | exec HOST -- CMD... | status | down
 # Needs root. Logic in horovod_train/emulation/cluster.py; see --help.
 set -euo pipefail
-exec "$(dirname "$0")/python.sh" -m horovod_train.emulation.cluster "$@"
+exec "$(dirname "$0")/python.sh" -m horovod_train emulate-cluster "$@"

@@ -5,4 +5,4 @@
 # -hostfile, in OpenMPI's format, reaches it as -H); see --help. Logic in
 # horovod_train/launch/horovodrun.py and hosts.py.
 set -euo pipefail
-exec "$(dirname "$0")/python.sh" -m horovod_train.launch.horovodrun "$@"
+exec "$(dirname "$0")/python.sh" -m horovod_train launch "$@"

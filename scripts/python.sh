@@ -6,17 +6,19 @@ set -euo pipefail
 case "${1:-}" in
   -h|--help)
     cat <<'USAGE'
-Usage: scripts/python.sh -m horovod_train.PART.MODULE [ARGS...]
+Usage: scripts/python.sh -m horovod_train COMMAND [ARGS...]
+       scripts/python.sh -m horovod_train --help     (the commands)
 
-Runs Python with this checkout's horovod_train first on PYTHONPATH, so the
-checkout's code runs whether or not the package is installed (a checkout
-mounted into the image, say). The interpreter: $HVT_PYTHON if set, else the
-checkout's .venv (scripts/setup.sh), else python3 on PATH (the image's, or
-a bare one before any environment exists: the modules that build the image
-or emulate hosts need the standard library only).
+Runs Python with this checkout first on PYTHONPATH, so the checkout's code
+runs whether or not the package is installed (a checkout mounted into the
+image, say). The interpreter: $HVT_PYTHON if set, else the checkout's .venv
+(scripts/setup.sh), else python3 on PATH (the image's, or a bare one before
+any environment exists: the commands that build the image or emulate hosts
+need the standard library only).
 
-Every command under scripts/ and benchmarks/run_matrix.sh starts its
-module this way.
+Every command under scripts/ starts the package's front door this way
+(horovod_train/__main__.py); benchmarks/run_matrix.sh starts the lab's
+benchmarks.matrix.
 USAGE
     exit 0 ;;
 esac

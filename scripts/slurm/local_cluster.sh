@@ -5,4 +5,4 @@
 # Needs root, Debian's slurm-wlm and munge, and scripts/emulate_cluster.sh up
 # first. Logic in horovod_train/emulation/slurm.py; see --help.
 set -euo pipefail
-exec "$(dirname "$0")/../python.sh" -m horovod_train.emulation.slurm "$@"
+exec "$(dirname "$0")/../python.sh" -m horovod_train slurm-local-cluster "$@"

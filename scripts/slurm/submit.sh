@@ -3,4 +3,4 @@
 # horovod.sbatch plus requeue-and-resume; see --help. Logic in
 # horovod_train/launch/submit.py.
 set -euo pipefail
-exec "$(dirname "$0")/../python.sh" -m horovod_train.launch.submit "$@"
+exec "$(dirname "$0")/../python.sh" -m horovod_train slurm-submit "$@"

@@ -1,39 +1,49 @@
 """One way to start each program: every program is a module of the package
-with a cli(); the commands users type are thin files of the checkout that
-start it, shell commands through scripts/python.sh -m, the Python files
-run by path (the trainers, benchmarks/*.py) by putting their checkout first
-on sys.path. No console scripts (docs/development.md)."""
+with a cli(), and the package has one front door, `python -m horovod_train
+COMMAND` (horovod_train/__main__.py's table; the console script
+horovod-train is the same). The shell commands start it through
+scripts/python.sh; the trainers' files, run by path as Horovod's docs run
+examples, put their checkout first on sys.path through one helper. The
+layers: core/ imports no framework's part nor the launchers, and the
+package imports nothing of the lab (benchmarks/) (docs/development.md)."""
 
 import ast
-import importlib.util
 import re
-from pathlib import Path
+import subprocess
+import sys
 
 import pytest
 from conftest import REPO
+
+from horovod_train.__main__ import COMMANDS
 
 STARTER = REPO / "scripts/python.sh"
 SHELL_COMMANDS = sorted([*REPO.glob("scripts/**/*.sh"), REPO / "scripts/slurm/horovod.sbatch",
                          REPO / "benchmarks/run_matrix.sh"])
 SHELL_COMMANDS.remove(STARTER)
 TRAINERS = sorted(REPO.glob("horovod_train/*_mnist.py"))
-BENCHMARK_FILES = sorted(REPO.glob("benchmarks/*.py"))
-MODULE_RUN = re.compile(r"python\.sh\"? -m (horovod_train[\w.]*)")
+PYTHON_STARTS = re.compile(r"python\.sh\"? -m ([\w.]+)(?: ([\w-]+))?")
+HAS_CLI = re.compile(r"^(def cli\(\)|from horovod_train[\w.]* import cli$)", re.M)
 
 
-def program_modules(text: str) -> list[str]:
-    return MODULE_RUN.findall(text)
+def module_of(path) -> str:
+    return ".".join(path.relative_to(REPO).with_suffix("").parts)
 
 
-def test_the_package_is_imported_from_the_checkout_only_by_files_run_by_path():
+def test_only_the_trainers_files_put_the_checkout_on_sys_path_through_one_helper():
     rewriting = {path.relative_to(REPO).as_posix()
-                 for path in REPO.glob("horovod_train/**/*.py") if "sys.path" in path.read_text()}
-    assert rewriting == {path.relative_to(REPO).as_posix() for path in TRAINERS}
+                 for path in [*REPO.glob("horovod_train/**/*.py"), *REPO.glob("benchmarks/*.py")]
+                 if "sys.path" in path.read_text()}
+    assert rewriting == {"horovod_train/checkout_first.py"}
+    for trainer in TRAINERS:
+        text = trainer.read_text()
+        assert "if not __package__:\n    import checkout_first" in text, trainer.name
+        assert len(text.split('"""', 2)[2].strip().splitlines()) <= 12, trainer.name
     assert not list(REPO.glob("scripts/**/*.py")), "programs live in the package"
 
 
 @pytest.mark.parametrize("command", SHELL_COMMANDS, ids=lambda p: p.relative_to(REPO).as_posix())
-def test_shell_commands_start_python_through_python_sh_only(command):
+def test_shell_commands_start_the_front_door_through_python_sh_only(command):
     text = command.read_text()
     code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
     # No interpreter started by hand, and no file of the package run by path
@@ -41,48 +51,60 @@ def test_shell_commands_start_python_through_python_sh_only(command):
     assert not re.search(r'exec "?\$\{?python|exec "?\$\{HVT_PYTHON|exec python3?\b', code), command
     for path in re.findall(r"(?:horovod_train|benchmarks)/[\w/]+\.py", code):
         assert REPO / path in TRAINERS, f"{command.name} runs {path} by path"
-    for module in program_modules(code):
-        spec = importlib.util.find_spec(module)
-        assert spec is not None, f"{command.name}: no module {module}"
-        source = Path(spec.origin).read_text()
-        has_cli = re.search(r"^(def cli\(|from horovod_train[\w.]* import cli$)", source, re.M)
-        assert has_cli and 'if __name__ == "__main__":\n    cli()' in source, module
+    for module, name in PYTHON_STARTS.findall(code):
+        if command.name == "run_matrix.sh":  # the lab's, not a command of the product
+            assert (module, name) == ("benchmarks.matrix", "")
+        else:
+            assert module == "horovod_train" and name in COMMANDS, (command.name, module, name)
 
 
-def test_every_program_module_is_started_by_a_command():
-    """Each module with a cli() has its command: a shell command, a file run
-    by path, a program that starts it with -m, or, for the data tool,
-    `python -m horovod_train.mnist` as the docs give it."""
-    sources = [path.read_text() for path in REPO.glob("horovod_train/**/*.py")]
-    started = {m for command in SHELL_COMMANDS for m in program_modules(command.read_text())}
+def test_every_command_of_the_front_door_is_a_module_with_a_cli():
+    """And every module of the package with a cli() is a command, or a
+    program another one starts with -m (the lab's matrix starts launch.hosts
+    on each host)."""
+    sources = [path.read_text() for path in [*REPO.glob("horovod_train/**/*.py"),
+                                              *REPO.glob("benchmarks/*.py")]]
+    started = {module for module, _ in COMMANDS.values()}
     started |= {m for source in sources for m in re.findall(r'"-m", "(horovod_train[\w.]*)"',
                                                            source)}
-    started |= {f"horovod_train.{path.stem}" for path in TRAINERS}
-    started |= {f"benchmarks.{path.stem}" for path in BENCHMARK_FILES}
-    started |= {"horovod_train.mnist"}
     # An entry module that takes its cli() from another starts that one.
     started |= {m for source in sources
-                for m in re.findall(r"^from (horovod_train[\w.]*) import cli\b", source, re.M)}
-    with_cli = {".".join(path.relative_to(REPO).with_suffix("").parts)
-                for path in REPO.glob("horovod_train/**/*.py")
-                if re.search(r"^(def cli\(|from horovod_train[\w.]* import cli$)",
-                             path.read_text(), re.M)}
-    # Each command's module has a cli(), and none is left without a command.
-    assert with_cli == started, with_cli - started
+                for m in re.findall(r"^from (horovod_train[\w.]*) import cli$", source, re.M)}
+    with_cli = {module_of(path) for path in REPO.glob("horovod_train/**/*.py")
+                if HAS_CLI.search(path.read_text())}
+    assert with_cli == started, with_cli ^ started
+    assert {module_of(path) for path in TRAINERS} <= started
 
 
-@pytest.mark.parametrize("path", BENCHMARK_FILES, ids=lambda p: p.name)
-def test_benchmark_files_are_thin_commands_of_their_module(path):
-    tree = ast.parse(path.read_text())
-    imports = [node for node in tree.body if isinstance(node, ast.ImportFrom)
-               and node.module and node.module.startswith("horovod_train")]
-    assert [(node.module, [a.name for a in node.names]) for node in imports] == [
-        (f"benchmarks.{path.stem}", ["cli"])]
-    functions = [node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)]
-    code = path.read_text().splitlines()[tree.body[1].lineno - 1:]
-    assert not functions and len(code) <= 12, code
+def test_the_front_door_lists_its_commands_and_refuses_others_in_one_line():
+    listed = subprocess.run([sys.executable, "-m", "horovod_train", "--help"], cwd=REPO,
+                            capture_output=True, text=True, timeout=60)
+    assert listed.returncode == 0
+    for name in COMMANDS:
+        assert re.search(rf"^  {name} +\S", listed.stdout, re.M), name
+    unknown = subprocess.run([sys.executable, "-m", "horovod_train", "frobnicate"], cwd=REPO,
+                             capture_output=True, text=True, timeout=60)
+    assert unknown.returncode == 2 and not unknown.stdout
+    assert unknown.stderr.count("\n") == 1 and "no command 'frobnicate'" in unknown.stderr
 
 
-def test_no_console_scripts():
+def test_the_console_script_is_the_front_door():
     pyproject = (REPO / "pyproject.toml").read_text()
-    assert not re.search(r"^\[project\.(gui-)?scripts\]", pyproject, re.M)
+    tables = re.findall(r"^\[project\.(?:gui-)?scripts\]\n((?:[^\[\n].*\n)*)", pyproject, re.M)
+    entries = [line for line in "".join(tables).splitlines() if line and line[0] != "#"]
+    assert entries == ['horovod-train = "horovod_train.__main__:main"']
+
+
+def test_core_imports_no_framework_nor_launcher_and_the_package_nothing_of_the_lab():
+    for path in REPO.glob("horovod_train/**/*.py"):
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                imported.add(node.module)
+            elif isinstance(node, ast.Import):
+                imported |= {alias.name for alias in node.names}
+        assert not {m for m in imported if m.split(".")[0] == "benchmarks"}, path
+        if path.parent.name == "core":
+            climbing = {m for m in imported if re.match(
+                r"horovod_train\.(launch|torch|tensorflow|mxnet|emulation|image)\b", m)}
+            assert not climbing, (path.name, climbing)
