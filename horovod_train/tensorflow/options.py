@@ -11,10 +11,10 @@ PROG = "tensorflow2_mnist.py"
 
 
 def upstream_launch_words(argv: list[str]) -> list[str]:
-    """The trainer's argv (train.main's) with Horovod's example's `NUM_PROC HOSTS COMMUNICATION` (examples/
-    tensorflow2/tensorflow2_mnist.py 2 localhost:2 gloo: horovod.run's np,
-    hosts and controller), given first, as our --num-proc, --hosts and
-    --communication; any other argv as it is."""
+    """The trainer's argv (train.main's) with Horovod's example's
+    `NUM_PROC HOSTS COMMUNICATION` (examples/tensorflow2/tensorflow2_mnist.py
+    2 localhost:2 gloo: horovod.run's np, hosts and controller), given first,
+    as our --num-proc, --hosts and --communication; any other argv as it is."""
     if len(argv) >= 3 and not any(word.startswith("-") for word in argv[:3]):
         return ["--num-proc", argv[0], "--hosts", argv[1], "--communication", argv[2],
                 *argv[3:]]

@@ -6,9 +6,9 @@ this through horovod_train/pytorch_mnist.py)."""
 import horovod.torch as hvd
 import torch
 
-from horovod_train.torch import timed_steps
 from horovod_train.core import console, distributed, mnist, outputs
 from horovod_train.core.config import RunConfig
+from horovod_train.torch import timed_steps
 from horovod_train.torch.models import build_model, input_shape
 from horovod_train.torch.precision import amp_name, amp_settings
 from horovod_train.torch.trainer import (

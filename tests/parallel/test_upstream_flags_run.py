@@ -1,7 +1,8 @@
 """Horovod 0.28.1's MNIST examples' command lines, run for real with our
 trainers: every flag of tests/upstream_flags.py at once, the ranks started
 by the trainer itself through horovod.run (--num-proc, --hosts,
---communication, or the TensorFlow 2 example's three words), as upstream's do. Those that cannot run together or here:
+--communication, or the TensorFlow 2 example's three words), as upstream's
+do. Those that cannot run together or here:
 --use-adasum (MPI only, and not with a predivide factor) in a run of its own
 over MPI; --use-mixed-precision (CUDA only) refused on this CPU machine in
 one line, as upstream refuses it."""

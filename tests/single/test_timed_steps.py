@@ -9,10 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from horovod_train.torch import timed_steps
 from horovod_train.core import mnist
+from horovod_train.torch import device_data, timed_steps
 from horovod_train.torch.options import parse_args
-from horovod_train.torch import device_data
 
 
 def test_benchmark_mode_reads_through_the_loader_unless_told():
