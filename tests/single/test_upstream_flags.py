@@ -16,7 +16,7 @@ from horovod_train.torch import options as torch_options
 @pytest.mark.parametrize("entry, flag", [
     *[(torch_options, flag) for flag in upstream_flags.PYTORCH],
     *[(mxnet_options, flag) for flag in upstream_flags.MXNET],
-], ids=lambda item: getattr(item, "flag", getattr(item, "__name__", "")).split(".")[-1])
+], ids=lambda item: getattr(item, "flag", None) or item.__name__.split(".")[-2])
 def test_each_upstream_flag_holds_its_meaning(entry, flag):
     given = upstream_flags.argv([flag])
     if flag.flag in ("--hosts", "--communication"):
