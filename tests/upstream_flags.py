@@ -43,7 +43,7 @@ PYTORCH = [
     Flag("--fp16-allreduce", None, "use fp16 compression during allreduce",
          "horovod.fp16_allreduce", True),
     Flag("--use-mixed-precision", None, "use mixed precision for training (autocast to "
-         "float16, GradScaler; CUDA only)", "torch.amp", "fp16"),
+         "float16, GradScaler; CUDA only)", "framework.torch.amp", "fp16"),
     Flag("--use-adasum", None, "use adasum algorithm to do reduction", "horovod.use_adasum",
          True),
     Flag("--gradient-predivide-factor", "2.0", "apply gradient predivide factor in optimizer",

@@ -81,7 +81,7 @@ def test_a_bad_option_is_one_line_naming_it_and_exit_2(argv, message, capsys):
         torch_options.parse_args(argv)
     assert ended.value.code == 2
     said = capsys.readouterr().err
-    assert said.startswith("torch_options.py: error: ") and message in said
+    assert said.startswith("pytorch_mnist.py: error: ") and message in said
     assert said.count("\n") == 1, said
 
 
@@ -105,7 +105,7 @@ def test_every_clash_between_options_is_one_line_and_exit_2(argv, message, capsy
     with pytest.raises(SystemExit) as ended:
         torch_options.parse_args(argv)
     assert ended.value.code == 2
-    assert capsys.readouterr().err == f"torch_options.py: error: {message}\n"
+    assert capsys.readouterr().err == f"pytorch_mnist.py: error: {message}\n"
 
 
 @pytest.mark.parametrize("argv", [
