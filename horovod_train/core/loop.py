@@ -218,9 +218,11 @@ def fit(config: RunConfig, rt, trainer: Trainer, epochs_done: int, started: floa
     # Rank 0 records them (a few subprocesses); the others' summaries are not written.
     versions = ({**runtime.versions(FRAMEWORK_MODULES.get(trainer.framework, trainer.framework)),
                  **trainer.versions()} if rt.is_root else {})
-    metrics.announce(rt, trainer.framework, trainer.model_name, trainer.n_train, trainer.n_test,
-                     schedule.lr, trainer.lr_scale, epochs_done, trainer.describe(), versions,
-                     runtime.brief_settings())
+    metrics.announce(rt, metrics.Announcement(
+        framework=trainer.framework, model=trainer.model_name, train_images=trainer.n_train,
+        test_images=trainer.n_test, lr=schedule.lr, lr_scale=trainer.lr_scale,
+        epochs_done=epochs_done, choices=trainer.describe(), versions=versions,
+        settings=runtime.brief_settings()))
 
     def scheduled_lr(step: int) -> float:
         return lr_schedule.learning_rate(step, steps_per_epoch, schedule.epochs, schedule.lr,

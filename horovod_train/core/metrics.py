@@ -9,6 +9,7 @@ import os
 import socket
 import struct
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from tensorboard.compat.proto import event_pb2, summary_pb2
@@ -210,23 +211,36 @@ def trim_events(directory: Path, epochs_done: int, batches_done: int) -> None:
 VERSION_NAMES = {"horovod": "Horovod", "open_mpi": "Open MPI", "cuda": "CUDA", "nccl": "NCCL"}
 
 
-def announce(rt, framework: str, model: str, n_train: int, n_test: int, lr: float,
-             scale: float, epochs_done: int, choices: str, versions: dict,
-             settings: str) -> None:
+@dataclass(frozen=True)
+class Announcement:
+    """What the run's first line says; the training loop builds it."""
+    framework: str
+    model: str
+    train_images: int
+    test_images: int
+    lr: float
+    lr_scale: float
+    epochs_done: int
+    choices: str  # the trainer's own options, described
+    versions: dict  # summary.json's "versions"
+    settings: str  # what each rank set in its own process (runtime.brief_settings)
+
+
+def announce(rt, run: Announcement) -> None:
     """The run's first line: what trains on what, where, with which versions
-    (summary.json's "versions") and the settings each rank made in its own
-    process ("settings")."""
+    and the settings each rank made in its own process."""
     if rt.is_root:
         # No launcher named an interface: the controller picks its own.
         network = f"network {rt.network or f'{rt.controller} chooses'}, " if rt.size > 1 else ""
         built = ", ".join(f"{VERSION_NAMES.get(name, name)} {version}"
-                          for name, version in versions.items()
+                          for name, version in run.versions.items()
                           if version and name not in ("python", "commit"))
-        say(f"training {framework} {model} on {n_train} images, testing on {n_test}, "
-            f"{rt.size} ranks ({rt.controller}), {rt.device}, {rt.threads} threads per rank, "
-            f"{network}lr {lr} x {scale:g}" + (f", {choices}" if choices else "")
-            + (f", resuming after epoch {epochs_done}" if epochs_done else "")
-            + (f"; {built}" if built else "") + (f"; set: {settings}" if settings else ""))
+        say(f"training {run.framework} {run.model} on {run.train_images} images, testing on "
+            f"{run.test_images}, {rt.size} ranks ({rt.controller}), {rt.device}, "
+            f"{rt.threads} threads per rank, {network}lr {run.lr} x {run.lr_scale:g}"
+            + (f", {run.choices}" if run.choices else "")
+            + (f", resuming after epoch {run.epochs_done}" if run.epochs_done else "")
+            + (f"; {built}" if built else "") + (f"; set: {run.settings}" if run.settings else ""))
 
 
 def note_checkpoint(rt, path: Path, resume: bool) -> None:

@@ -226,6 +226,20 @@ def test_a_checkpoint_used_otherwise_than_the_command_suggests_is_one_note(
     assert capsys.readouterr().out == said.format(path=path)
 
 
+def test_the_first_line_says_what_trains_where_from_one_record(capsys):
+    run = metrics.Announcement(
+        framework="pytorch", model="mnist_cnn", train_images=60000, test_images=10000, lr=0.01,
+        lr_scale=2, epochs_done=1, choices="batch 64", versions={"horovod": "0.28.1",
+                                                                 "python": "3.11", "cuda": None},
+        settings="OMP_NUM_THREADS=1")
+    metrics.announce(SimpleNamespace(**{**vars(RT), "threads": 1}), run)
+    metrics.announce(SimpleNamespace(**{**vars(RT), "is_root": False}), run)  # rank 0 speaks
+    assert capsys.readouterr().out == (
+        "training pytorch mnist_cnn on 60000 images, testing on 10000, 2 ranks (gloo), cpu, "
+        "1 threads per rank, network eth0, lr 0.01 x 2, batch 64, resuming after epoch 1; "
+        "Horovod 0.28.1; set: OMP_NUM_THREADS=1\n")
+
+
 def test_the_closing_lines_split_wall_time_as_help_defines_it():
     summary = metrics.build_summary("pytorch", "m", RT, ranks(["x", "x"]),
                                     {"test_loss": 0.1, "test_accuracy": 0.9}, 3, 0, 5.0,
