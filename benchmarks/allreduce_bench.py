@@ -493,7 +493,10 @@ def benchmark(args, ranks: Ranks) -> None:
             console.say(f"{format_table(results, args.link_gbit)}\n"
                         f"{format_summary(record['summary'])}")
         if args.json is not None:
-            payload = (json.dumps(record, indent=2) + "\n").encode()
+            from benchmarks.machine import machine_record
+
+            payload = (json.dumps({**record, "machine": machine_record()}, indent=2)
+                       + "\n").encode()
             ranks.on_all(lambda: ranks.rank == 0 and atomic_write_bytes(args.json, payload))
     except RunFailed:  # raised on every rank together (Ranks.agree): all can tear down
         teardown(ranks, hvd, dist)

@@ -115,6 +115,11 @@ def main() -> int:
             "gradient_bytes": timed_steps.gradient_bytes(model, compressed=False),
         }, measures_allreduce=False)
         if rank == 0:
+            from benchmarks.machine import machine_record
+
+            # The Horovod runs' benchmark.json is the product's: run_matrix
+            # records the machine in its results.json for those.
+            record["machine"] = machine_record()
             timed_steps.write_result(args.log_dir, record)
             print(timed_steps.format_result(record), flush=True)
     except BaseException:

@@ -147,8 +147,11 @@ def main() -> int:
               f"{row['allreduce_time_s'] * 1e3:.2f} ms, {row['ratio_to_first']:.2f} of "
               f"{rows[0]['variant']}")
     if args.json:
+        from benchmarks.machine import machine_record
+
         atomic_write_json(args.json, {
-            "benchmark": "horovod_settings", "ranks": args.np, "steps": args.steps,
+            "benchmark": "horovod_settings", "machine": machine_record(),
+            "ranks": args.np, "steps": args.steps,
             "warmup_steps": args.warmup_steps, "repeats": args.repeats,
             "trainer_args": args.trainer_args, "rows": rows, "runs": runs})
     return 0

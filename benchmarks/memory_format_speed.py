@@ -94,7 +94,10 @@ def main() -> int:
     args = parse_args(sys.argv[1:])
     rows = measure(args)
     if args.json:
+        from benchmarks.machine import machine_record
+
         atomic_write_json(args.json, {
+            "machine": machine_record(),
             "settings": {"batch_size": args.batch_size, "image_size": args.image_size,
                          "steps": args.steps, "repeats": args.repeats, "threads": args.threads},
             "torch": torch.__version__, "results": rows})

@@ -446,7 +446,9 @@ def main(argv: list[str]) -> int:
     if args.markdown is not None:
         atomic_write_bytes(args.markdown, text.encode())
     if args.json is not None:
-        atomic_write_json(args.json, report)
+        from benchmarks.machine import machine_record  # where and from which commit
+
+        atomic_write_json(args.json, {**report, "machine": machine_record()})
     return 0
 
 

@@ -337,7 +337,9 @@ def main() -> int:
     }
     print(format_record(record), flush=True)
     if args.json:
-        atomic_write_json(args.json, record)
+        from benchmarks.machine import machine_record
+
+        atomic_write_json(args.json, {**record, "machine": machine_record()})
     return 0 if reached else 1
 
 

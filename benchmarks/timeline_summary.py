@@ -109,7 +109,10 @@ def main() -> int:
               f"{summary['allreduce_responses']} fused operations "
               f"({summary['tensors_per_response']:.1f} tensors each)")
     if args.json:
-        atomic_write_json(args.json, {"timeline": str(args.timeline), **summary})
+        from benchmarks.machine import machine_record
+
+        atomic_write_json(args.json, {"timeline": str(args.timeline), **summary,
+                                      "machine": machine_record()})
     return 0
 
 

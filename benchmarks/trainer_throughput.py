@@ -102,7 +102,9 @@ def main() -> int:
     if rt.is_root:
         print(throughput.format_record(record), flush=True)
         if args.json:
-            atomic_write_json(args.json, record)
+            from benchmarks.machine import machine_record
+
+            atomic_write_json(args.json, {**record, "machine": machine_record()})
     return 0
 
 
