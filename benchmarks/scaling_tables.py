@@ -139,41 +139,85 @@ def scaling_csv(rows: list[dict]) -> str:
     return out.getvalue()
 
 
-def scaling_png(rows: list[dict], launchers: list[str], title: str) -> bytes:
-    import matplotlib
+LAUNCHER_NAMES = {"horovod": "Horovod", "ddp": "torchrun + DDP"}
+LAUNCHER_COLOURS = {"horovod": "tab:blue", "ddp": "tab:orange"}
+# Where each launcher's layout labels sit beside its points (points), so
+# that the two launchers' labels at one rank count do not overlap.
+LABEL_OFFSETS = {"horovod": (5, 4), "ddp": (5, -11)}
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    fig, (rate_ax, eff_ax) = plt.subplots(1, 2, figsize=(10, 4))
+def machine_line(machine: dict | None) -> str:
+    """CPU model, cores, memory and GPUs of a machine record
+    (benchmarks/machine.py): the plot's second title line."""
+    if not machine:
+        return "machine not recorded"
+    parts = [machine.get("cpu_model") or "CPU unknown", f"{machine.get('cpu_cores')} cores"]
+    if machine.get("memory_gib"):
+        parts.append(f"{machine['memory_gib']:g} GiB")
+    gpus = [gpu["name"] for gpu in machine.get("gpus") or []]
+    if gpus:
+        names = list(dict.fromkeys(gpus))
+        parts.append(", ".join(f"{gpus.count(name)} x {name}" for name in names))
+    return ", ".join(parts)
+
+
+def scaling_figure(rows: list[dict], launchers: list[str], title: str):
+    """Throughput and efficiency against total ranks: one point per layout
+    and launcher, labelled with its layout (2x1 and 1x2 share a rank count,
+    not a series), each launcher's linear scaling from its own 1x1, both
+    axes from 0. Returns the matplotlib Figure."""
+    from matplotlib.figure import Figure  # no pyplot: no global figure state
+
+    fig = Figure(figsize=(11, 4.5))
+    rate_ax, eff_ax = fig.subplots(1, 2)
+    top_rank = max((r["ranks"] for r in rows), default=1)
+    top_rate = 0.0
     for launcher in launchers:
         ok = [r for r in rows if r["launcher"] == launcher and r["status"] == "ok"]
-        ranks = [r["ranks"] for r in ok]
-        label = {"horovod": "Horovod", "ddp": "torchrun + DDP"}[launcher]
-        rate_ax.plot(ranks, [r["images_per_sec"] for r in ok], "o-", label=label)
+        name, colour = LAUNCHER_NAMES[launcher], LAUNCHER_COLOURS[launcher]
+        rate_ax.plot([r["ranks"] for r in ok], [r["images_per_sec"] for r in ok], "o",
+                     color=colour, label=name)
         with_eff = [r for r in ok if r["efficiency"] is not None]
         eff_ax.plot([r["ranks"] for r in with_eff], [100 * r["efficiency"] for r in with_eff],
-                    "o-", label=label)
+                    "o", color=colour, label=name)
+        for ax, points in ((rate_ax, [(r, r["images_per_sec"]) for r in ok]),
+                           (eff_ax, [(r, 100 * r["efficiency"]) for r in with_eff])):
+            for row, value in points:
+                ax.annotate(row["layout"], (row["ranks"], value), textcoords="offset points",
+                            xytext=LABEL_OFFSETS[launcher], fontsize=8, color=colour)
         base = next((r["images_per_sec"] for r in ok if r["ranks"] == 1), None)
-        if base and launcher == launchers[0]:
-            top = max(ranks)
-            rate_ax.plot([1, top], [base, base * top], ":", color="grey", label="linear")
-    rate_ax.set(xlabel="ranks", ylabel="images/s", title="throughput")
-    eff_ax.set(xlabel="ranks", ylabel="scaling efficiency %", title="efficiency vs 1x1",
-               ylim=(0, 110))
+        if base:
+            rate_ax.plot([0, top_rank], [0, base * top_rank], ":", color=colour,
+                         label=f"{name} linear (its 1x1 x ranks)")
+        top_rate = max([top_rate, (base or 0) * top_rank] + [r["images_per_sec"] for r in ok])
+    eff_ax.axhline(100, linestyle=":", color="grey", label="linear (100%)")
+    top_eff = max([110.0] + [100 * r["efficiency"] for r in rows
+                             if r["status"] == "ok" and r.get("efficiency") is not None])
+    rate_ax.set(xlabel="total ranks (label: layout, nodes x ranks per node)", ylabel="images/s",
+                title="throughput", ylim=(0, 1.1 * top_rate or 1))
+    eff_ax.set(xlabel="total ranks (label: layout, nodes x ranks per node)",
+               ylabel="scaling efficiency %", title="efficiency vs 1x1 of the same launcher",
+               ylim=(0, 1.05 * top_eff))
     all_ranks = sorted({r["ranks"] for r in rows})
     for ax in (rate_ax, eff_ax):
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(all_ranks, [str(n) for n in all_ranks])
-        ax.minorticks_off()
+        ax.set_xlim(0, top_rank + max(1.0, 0.1 * top_rank))
+        ax.set_xticks(all_ranks)
         ax.grid(alpha=0.3)
-        ax.legend()
+        ax.legend(fontsize=8, loc="lower right" if ax is eff_ax else "upper left")
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
+    return fig
+
+
+def scaling_png(rows: list[dict], launchers: list[str], title: str) -> bytes:
     out = io.BytesIO()
-    fig.savefig(out, format="png", dpi=110)
-    plt.close(fig)
+    scaling_figure(rows, launchers, title).savefig(out, format="png", dpi=110)
     return out.getvalue()
+
+
+def settings_line(settings: dict) -> str:
+    return (f"{settings['model']} ({settings['workload']}), batch {settings['batch_per_rank']} "
+            f"per rank, {settings['device']}" + (", emulated hosts" if settings["emulate"] else ""))
 
 
 def write_outputs(out_dir: Path, results: dict, launchers: list[str]) -> None:
@@ -183,11 +227,11 @@ def write_outputs(out_dir: Path, results: dict, launchers: list[str]) -> None:
     atomic_write_json(out_dir / "results.json", results)
     atomic_write_bytes(out_dir / "scaling.csv", scaling_csv(rows).encode())
     s = results["settings"]
-    title = (f"{s['model']} ({s['workload']}), batch {s['batch_per_rank']} per rank, "
-             f"{s['device']}" + (", emulated hosts" if s["emulate"] else ""))
+    machine = machine_line(results.get("machine"))
     table = markdown_table(rows, launchers)
     atomic_write_bytes(out_dir / "scaling.md", (
-        f"{title}; median of {s['repeats']} repeats of {s['steps']} steps after "
-        f"{s['warmup_steps']} warm-up steps\n\n{table}\n"
+        f"{settings_line(s)}; median of {s['repeats']} repeats of {s['steps']} steps after "
+        f"{s['warmup_steps']} warm-up steps\n\nMachine: {machine}\n\n{table}\n"
         f"Command: `{results['command']}`\n").encode())
+    title = f"{settings_line(s)}\n{machine}"
     atomic_write_bytes(out_dir / "scaling.png", scaling_png(rows, launchers, title))

@@ -76,3 +76,57 @@ def test_the_four_files_are_written_from_the_rows(tmp_path):
     assert "| 1x2 | 2 | 180.0 | 90.0 | 1.80 | 90% |" in table
     assert table.endswith("Command: `benchmarks/run_matrix.sh --layouts 1x1,1x2`\n")
     assert (tmp_path / "scaling.png").read_bytes().startswith(b"\x89PNG")
+
+
+MACHINE = {"cpu_model": "Some CPU 9000", "cpu_cores": 2, "memory_gib": 8.0,
+           "gpus": [{"name": "Some GPU", "driver": "1.0"}] * 2}
+
+
+def plotted_figure():
+    runs = [run_record("1x1", "horovod", 100.0), run_record("1x2", "horovod", 180.0),
+            run_record("2x1", "horovod", 150.0), run_record("2x2", "horovod", 300.0),
+            run_record("1x1", "ddp", 120.0), run_record("1x2", "ddp", 200.0),
+            run_record("2x1", "ddp", 170.0), run_record("2x2", "ddp", 240.0)]
+    layouts = [(1, 1), (1, 2), (2, 1), (2, 2)]
+    rows = scaling_tables.summarize(runs, layouts, ["horovod", "ddp"])
+    title = f"mnist_cnn\n{scaling_tables.machine_line(MACHINE)}"
+    return scaling_tables.scaling_figure(rows, ["horovod", "ddp"], title)
+
+
+def test_the_plot_starts_both_axes_at_zero_and_names_the_machine():
+    fig = plotted_figure()
+    rate_ax, eff_ax = fig.axes
+    for ax in (rate_ax, eff_ax):
+        assert ax.get_xlim()[0] == 0 and ax.get_ylim()[0] == 0
+        assert ax.get_xscale() == "linear"
+        assert ax.get_xlim()[1] > 4
+    assert rate_ax.get_ylim()[1] >= 4 * 120  # DDP's linear line fits
+    assert fig._suptitle.get_text() == (
+        "mnist_cnn\nSome CPU 9000, 2 cores, 8 GiB, 2 x Some GPU")
+
+
+def test_each_launcher_has_its_linear_line_and_a_labelled_unjoined_point_per_layout():
+    rate_ax, eff_ax = plotted_figure().axes
+    lines = {line.get_label(): line for line in rate_ax.get_lines()}
+    for name, base in (("Horovod", 100.0), ("torchrun + DDP", 120.0)):
+        linear = lines[f"{name} linear (its 1x1 x ranks)"]
+        assert list(linear.get_xdata()) == [0, 4]
+        assert list(linear.get_ydata()) == [0, 4 * base]
+        points = lines[name]
+        assert points.get_linestyle() == "None"  # 1x2 and 2x1 are not a series
+        assert sorted(zip(points.get_xdata(), points.get_ydata(), strict=True))[:3] == (
+            [(1, base), (2, 150.0 if name == "Horovod" else 170.0),
+             (2, 180.0 if name == "Horovod" else 200.0)])
+    for ax in (rate_ax, eff_ax):
+        labels = sorted(text.get_text() for text in ax.texts)
+        assert labels == sorted(["1x1", "1x2", "2x1", "2x2"] * 2)
+    # The efficiency panel: 2x1's point where 1x2's is, each labelled.
+    by_label = {(t.get_text(), t.get_color()): t.xy for t in eff_ax.texts}
+    assert by_label[("2x1", "tab:blue")] == (2, pytest.approx(75.0))
+    assert by_label[("1x2", "tab:blue")] == (2, pytest.approx(90.0))
+
+
+def test_without_a_machine_record_the_title_says_so():
+    assert scaling_tables.machine_line(None) == "machine not recorded"
+    assert scaling_tables.machine_line({**MACHINE, "gpus": []}) == (
+        "Some CPU 9000, 2 cores, 8 GiB")
