@@ -22,16 +22,17 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks import scaling_tables
+from benchmarks.machine import machine_record
 from horovod_train.core import runtime
 from horovod_train.core.errors import ArgumentParser, RunFailed, UserError, run_main
-from horovod_train.core.runtime import command_output
 from horovod_train.launch.hosts import Host, host_list, is_local, read_hostfile
 from horovod_train.torch import options as torch_options
 
-REPO = Path(__file__).resolve().parents[2]  # the checkout
+REPO = Path(__file__).resolve().parents[1]  # the checkout (benchmarks/ is at its root)
 
 EMULATE = REPO / "scripts" / "emulate_cluster.sh"
 TRAINER = REPO / "horovod_train" / "pytorch_mnist.py"
@@ -40,31 +41,91 @@ SCHEMA_VERSION = 1
 LAYOUT = re.compile(r"^(\d+)x(\d+)$")
 
 
-def parse_layouts(text: str) -> list[tuple[int, int]]:
+def parse_layouts(text: str) -> tuple[tuple[int, int], ...]:
     layouts = []
     for item in text.split(","):
         match = LAYOUT.match(item.strip())
         if not match or int(match[1]) < 1 or int(match[2]) < 1:
             raise UserError(f"layout {item.strip()!r}: want NODESxGPUS such as 2x4")
         layouts.append((int(match[1]), int(match[2])))
-    return layouts
+    return tuple(layouts)
+
+
+# --- settings ----------------------------------------------------------------
+# Built once from the command line by parse_args, which checks the options
+# against each other; the functions below take the part they need.
+
+@dataclass(frozen=True)
+class Workload:
+    """What every run trains, the same for both launchers' trainers."""
+    kind: str  # "mnist" (from data_dir) or "synthetic" images
+    model: str
+    image_size: int  # of the synthetic images; MNIST's are 28
+    memory_format: str
+    amp: str
+    batch_per_rank: int
+    warmup_steps: int
+    steps: int  # timed, per run
+    data_dir: Path
+    cpu_only: bool  # --no-cuda
+    threads: int | None  # per rank; None leaves the trainers' choice
+
+
+@dataclass(frozen=True)
+class HorovodTuning:
+    """horovodrun's choices for the Horovod runs; None leaves its default."""
+    controller: str  # "auto", "gloo" or "mpi"
+    fp16_allreduce: bool
+    fusion_threshold_mb: int | None
+    cycle_time_ms: float | None
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Where a layout's nodes come from and how they are reached."""
+    hosts: tuple[str, ...] | None  # --hosts; None: the layout's hostfile
+    hostfile_dir: Path
+    ssh_port: int
+    emulate: bool  # the emulated hosts a and b on this machine
+    link_rate: str | None  # the emulated link's shaping, e.g. 1gbit
+    link_delay: str | None
+
+    @property
+    def shaped(self) -> bool:
+        return bool(self.link_rate or self.link_delay)
+
+
+@dataclass(frozen=True)
+class MatrixSettings:
+    command: str  # as typed, for the tables
+    layouts: tuple[tuple[int, int], ...]
+    launchers: tuple[str, ...]  # "horovod", "ddp"
+    repeats: int
+    timeout_s: float  # per run
+    out_dir: Path
+    device: str  # "cuda" or "cpu", for every run
+    gpus: int  # on this machine
+    workload: Workload
+    horovod: HorovodTuning
+    cluster: Cluster
 
 
 # --- hosts -------------------------------------------------------------------
 
-def layout_hosts(args, nodes: int, per_node: int) -> list[str]:
+def layout_hosts(settings: MatrixSettings, nodes: int, per_node: int) -> list[str]:
     """The node names of a layout: the first N of --hosts, or those of
     hostfiles/NxG, checked to have the slots the layout needs. Hostfile
     names this machine cannot resolve (the emulated a and b, typed bare on
     one machine) leave a one-node layout to this machine and stop a
     larger one with a line saying how to run it; with --emulate the names
     resolve on host a, where the launchers run."""
-    if args.hosts:
-        if len(args.hosts) < nodes:
-            raise UserError(f"needs {nodes} hosts, --hosts gives {len(args.hosts)}")
-        names = args.hosts[:nodes]
+    cluster = settings.cluster
+    if cluster.hosts:
+        if len(cluster.hosts) < nodes:
+            raise UserError(f"needs {nodes} hosts, --hosts gives {len(cluster.hosts)}")
+        names = list(cluster.hosts[:nodes])
     else:
-        path = args.hostfile_dir / scaling_tables.layout_name(nodes, per_node)
+        path = cluster.hostfile_dir / scaling_tables.layout_name(nodes, per_node)
         if not path.is_file():
             raise UserError(f"no hostfile {path}")
         listed = read_hostfile(path)
@@ -75,7 +136,7 @@ def layout_hosts(args, nodes: int, per_node: int) -> list[str]:
                 raise UserError(f"{path}: {host.name} has {host.slots} slots, "
                                 f"the layout needs {per_node}")
         names = [host.name for host in listed[:nodes]]
-        unknown = [] if args.emulate else [name for name in names if not resolves(name)]
+        unknown = [] if cluster.emulate else [name for name in names if not resolves(name)]
         if unknown and nodes == 1:
             names = ["localhost"]
         elif unknown:
@@ -83,8 +144,9 @@ def layout_hosts(args, nodes: int, per_node: int) -> list[str]:
                 f"needs {nodes} nodes, and {path.name} names {', '.join(unknown)}, unknown here: "
                 f"name your nodes with --hosts, list them in {path}, or emulate two hosts on "
                 "this machine with --emulate")
-    if all(is_local(name) for name in names) and args.device == "cuda" and per_node > args.gpus:
-        raise UserError(f"needs {per_node} GPUs per node, this machine has {args.gpus} "
+    if (all(is_local(name) for name in names) and settings.device == "cuda"
+            and per_node > settings.gpus):
+        raise UserError(f"needs {per_node} GPUs per node, this machine has {settings.gpus} "
                         "(NCCL takes one GPU per rank)")
     return names
 
@@ -99,23 +161,24 @@ def resolves(name: str) -> bool:
 
 # --- commands ----------------------------------------------------------------
 
-def workload_args(args, run_dir: Path) -> list[str]:
-    command = ["--benchmark-steps", str(args.steps), "--warmup-steps", str(args.warmup_steps),
-               "--batch-size", str(args.batch_size), "--model", args.model,
-               "--memory-format", args.memory_format, "--amp", args.amp,
+def workload_args(workload: Workload, run_dir: Path) -> list[str]:
+    command = ["--benchmark-steps", str(workload.steps),
+               "--warmup-steps", str(workload.warmup_steps),
+               "--batch-size", str(workload.batch_per_rank), "--model", workload.model,
+               "--memory-format", workload.memory_format, "--amp", workload.amp,
                "--log-dir", str(run_dir)]
-    if args.workload == "synthetic":
-        command += ["--synthetic", "--image-size", str(args.image_size)]
+    if workload.kind == "synthetic":
+        command += ["--synthetic", "--image-size", str(workload.image_size)]
     else:
-        command += ["--data-dir", str(args.data_dir), "--no-download"]
-    if args.no_cuda:
+        command += ["--data-dir", str(workload.data_dir), "--no-download"]
+    if workload.cpu_only:
         command.append("--no-cuda")
-    if args.threads:
-        command += ["--threads", str(args.threads)]
+    if workload.threads:
+        command += ["--threads", str(workload.threads)]
     return command
 
 
-def controller(args, nodes: int) -> str | None:
+def controller(settings: MatrixSettings, nodes: int) -> str | None:
     """horovodrun's controller for a layout; None leaves horovodrun's choice
     (MPI where Open MPI is installed). With CPU tensors the controller also
     carries the gradients. Across hosts the resnets' tens of MB a step are
@@ -126,33 +189,35 @@ def controller(args, nodes: int) -> str | None:
     gradients either way."""
     from horovod_train.torch.models import MNIST_MODELS
 
-    if args.controller != "auto":
-        return args.controller
-    bandwidth_bound = args.model not in MNIST_MODELS
-    return "gloo" if args.device == "cpu" and nodes > 1 and bandwidth_bound else None
+    if settings.horovod.controller != "auto":
+        return settings.horovod.controller
+    bandwidth_bound = settings.workload.model not in MNIST_MODELS
+    return "gloo" if settings.device == "cpu" and nodes > 1 and bandwidth_bound else None
 
 
-def horovod_command(args, hosts: list[str], per_node: int, run_dir: Path) -> list[list[str]]:
+def horovod_command(settings: MatrixSettings, hosts: list[str], per_node: int,
+                    run_dir: Path) -> list[list[str]]:
+    tuning = settings.horovod
     command = [str(Path(sys.executable).parent / "horovodrun"),
                "-np", str(len(hosts) * per_node),
                "-H", host_list([Host(name, per_node) for name in hosts]),
-               "-p", str(args.ssh_port)]
-    chosen = controller(args, len(hosts))
+               "-p", str(settings.cluster.ssh_port)]
+    chosen = controller(settings, len(hosts))
     if chosen:
         command.append(f"--{chosen}")
     # Horovod's tensor fusion: gradients are batched into buffers of up to
     # this many MB, sent once per cycle; 0 sends each tensor on its own.
-    if args.fusion_threshold_mb is not None:
-        command += ["--fusion-threshold-mb", str(args.fusion_threshold_mb)]
-    if args.cycle_time_ms is not None:
-        command += ["--cycle-time-ms", str(args.cycle_time_ms)]
-    command += [sys.executable, str(TRAINER), *workload_args(args, run_dir)]
-    if args.fp16_allreduce:
+    if tuning.fusion_threshold_mb is not None:
+        command += ["--fusion-threshold-mb", str(tuning.fusion_threshold_mb)]
+    if tuning.cycle_time_ms is not None:
+        command += ["--cycle-time-ms", str(tuning.cycle_time_ms)]
+    command += [sys.executable, str(TRAINER), *workload_args(settings.workload, run_dir)]
+    if tuning.fp16_allreduce:
         command.append("--fp16-allreduce")
     return [command]
 
 
-def ddp_commands(args, hosts: list[str], per_node: int, run_dir: Path,
+def ddp_commands(settings: MatrixSettings, hosts: list[str], per_node: int, run_dir: Path,
                  port: int) -> list[list[str]]:
     """One torchrun per node, over ssh unless the node is this host; node 0
     is the rendezvous."""
@@ -161,23 +226,23 @@ def ddp_commands(args, hosts: list[str], per_node: int, run_dir: Path,
         torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(len(hosts)),
                     "--node-rank", str(node_rank), "--nproc-per-node", str(per_node),
                     "--master-addr", hosts[0], "--master-port", str(port),
-                    str(DDP), *workload_args(args, run_dir)]
+                    str(DDP), *workload_args(settings.workload, run_dir)]
         if is_local(host) and len(hosts) == 1:
             commands.append(torchrun)
         else:
             remote = f"cd {shlex.quote(os.getcwd())} && exec {shlex.join(torchrun)}"
-            commands.append(ssh(args, host) + [remote])
+            commands.append(ssh(settings.cluster, host) + [remote])
     return commands
 
 
-def ssh(args, host: str) -> list[str]:
-    return ["ssh", "-p", str(args.ssh_port), "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
-            host]
+def ssh(cluster: Cluster, host: str) -> list[str]:
+    return ["ssh", "-p", str(cluster.ssh_port), "-o", "BatchMode=yes",
+            "-o", "ConnectTimeout=10", host]
 
 
-def on_cluster(args, command: list[str]) -> list[str]:
+def on_cluster(cluster: Cluster, command: list[str]) -> list[str]:
     """With --emulate, every command starts on emulated host a."""
-    return [str(EMULATE), "exec", "a", "--", *command] if args.emulate else command
+    return [str(EMULATE), "exec", "a", "--", *command] if cluster.emulate else command
 
 
 # --- running -----------------------------------------------------------------
@@ -224,51 +289,52 @@ def error_line(log_path: Path) -> str:
     return lines[-1][:300] if lines else "no output"
 
 
-def check_reachable(args, hosts: list[str]) -> None:
+def check_reachable(cluster: Cluster, hosts: list[str]) -> None:
     """hosts.check_reachable, the launcher's check, run where horovodrun and
     torchrun will run: on emulated host a with --emulate, whose names
     resolve only there."""
-    command = [sys.executable, "-m", "horovod_train.launch.hosts", "-p", str(args.ssh_port), *hosts]
-    result = subprocess.run(on_cluster(args, command), cwd=REPO, capture_output=True, text=True,
-                            timeout=120)
+    command = [sys.executable, "-m", "horovod_train.launch.hosts",
+               "-p", str(cluster.ssh_port), *hosts]
+    result = subprocess.run(on_cluster(cluster, command), cwd=REPO, capture_output=True,
+                            text=True, timeout=120)
     if result.returncode != 0:
         lines = result.stderr.strip().splitlines() or [f"exit {result.returncode}"]
         failure = UserError if result.returncode == 2 else RunFailed
         raise failure(lines[-1].removeprefix("hosts: error: "))
 
 
-def new_run(args, launcher: str, nodes: int, per_node: int, repeat: int,
+def new_run(settings: MatrixSettings, launcher: str, nodes: int, per_node: int, repeat: int,
             reason: str | None = None, hosts: list[str] | None = None) -> dict:
     """A run's record, failed until it reports its figures."""
     return {"layout": scaling_tables.layout_name(nodes, per_node), "nodes": nodes,
             "ranks_per_node": per_node, "ranks": nodes * per_node, "hosts": hosts,
             "launcher": launcher, "repeat": repeat, "status": "failed", "reason": reason,
-            "oversubscribed": oversubscribed(args, nodes, per_node)}
+            "oversubscribed": oversubscribed(settings, nodes, per_node)}
 
 
-def run_once(args, launcher: str, hosts: list[str], per_node: int, repeat: int, out_dir: Path,
-             port: int) -> dict:
-    run = new_run(args, launcher, len(hosts), per_node, repeat, hosts=hosts)
-    run_dir = out_dir / "runs" / f"{run['layout']}-{launcher}-{repeat}"
+def run_once(settings: MatrixSettings, launcher: str, hosts: list[str], per_node: int,
+             repeat: int, port: int) -> dict:
+    run = new_run(settings, launcher, len(hosts), per_node, repeat, hosts=hosts)
+    run_dir = settings.out_dir / "runs" / f"{run['layout']}-{launcher}-{repeat}"
     run_dir.mkdir(parents=True, exist_ok=True)
     try:
-        check_reachable(args, hosts)
+        check_reachable(settings.cluster, hosts)
     except (UserError, RunFailed, subprocess.TimeoutExpired) as err:
         run["reason"] = str(err)
         return run
     if launcher == "horovod":
-        commands = horovod_command(args, hosts, per_node, run_dir)
+        commands = horovod_command(settings, hosts, per_node, run_dir)
     else:
-        commands = ddp_commands(args, hosts, per_node, run_dir, port)
-    commands = [on_cluster(args, c) for c in commands]
+        commands = ddp_commands(settings, hosts, per_node, run_dir, port)
+    commands = [on_cluster(settings.cluster, c) for c in commands]
     (run_dir / "command.txt").write_text("\n".join(shlex.join(c) for c in commands) + "\n")
     log_path = run_dir / "output.log"
     started = time.monotonic()
-    failure = run_processes(commands, args.timeout, log_path)
+    failure = run_processes(commands, settings.timeout_s, log_path)
     run["wall_time_s"] = time.monotonic() - started
     if failure:
         if launcher == "ddp" and len(hosts) > 1:
-            cleanup_remote(args, hosts, run_dir)
+            cleanup_remote(settings.cluster, hosts, run_dir)
         run["reason"] = f"{failure}: {error_line(log_path)}"
         return run
     try:
@@ -285,65 +351,56 @@ def run_once(args, launcher: str, hosts: list[str], per_node: int, repeat: int, 
     return run
 
 
-def cleanup_remote(args, hosts: list[str], run_dir: Path) -> None:
+def cleanup_remote(cluster: Cluster, hosts: list[str], run_dir: Path) -> None:
     """torchrun on the other nodes would wait for the dead one until its own
     timeout: end every process of this run, found by its run directory."""
     for host in hosts:
         command = ["pkill", "-f", str(run_dir)] if is_local(host) else (
-            ssh(args, host) + [f"pkill -f {shlex.quote(str(run_dir))}"])
-        subprocess.run(on_cluster(args, command), capture_output=True, timeout=60)
+            ssh(cluster, host) + [f"pkill -f {shlex.quote(str(run_dir))}"])
+        subprocess.run(on_cluster(cluster, command), capture_output=True, timeout=60)
 
 
-def oversubscribed(args, nodes: int, per_node: int) -> bool:
+def oversubscribed(settings: MatrixSettings, nodes: int, per_node: int) -> bool:
     """More ranks than devices: GPUs per node on GPU runs; on CPU runs the
     cores of a node, or of this machine for emulated nodes (which share it)."""
-    if args.device == "cuda":
-        return per_node > args.gpus
+    if settings.device == "cuda":
+        return per_node > settings.gpus
     cores = os.cpu_count() or 1
-    return (nodes * per_node if args.emulate else per_node) > cores
+    return (nodes * per_node if settings.cluster.emulate else per_node) > cores
 
 
 # --- environment -------------------------------------------------------------
 
-def environment(args) -> dict:
+def environment(settings: MatrixSettings) -> dict:
+    """The software the runs used and the network between the nodes (the
+    hardware: machine.machine_record)."""
     import horovod
     import torch
 
-    cpu_model = next((line.split(":", 1)[1].strip() for line in
-                      Path("/proc/cpuinfo").read_text().splitlines()
-                      if line.startswith("model name")), platform.processor())
-    gpus = ([torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-            if torch.cuda.is_available() else [])
-    mpirun = command_output("mpirun", "--version")
+    mpirun = runtime.command_output("mpirun", "--version")
+    cuda = settings.device == "cuda"
     return {
-        "hostname": socket.gethostname(),
-        "cpu_model": cpu_model,
-        "cpu_cores": os.cpu_count(),
-        "gpus": gpus,
-        "network": network(args),
+        "network": network(settings.cluster),
         "python": platform.python_version(),
         "torch": torch.__version__,
         # The GPU stack the runs used; null on CPU runs.
-        "cuda": torch.version.cuda if args.device == "cuda" else None,
-        "nccl": (".".join(str(part) for part in torch.cuda.nccl.version())
-                 if args.device == "cuda" else None),
+        "cuda": torch.version.cuda if cuda else None,
+        "nccl": ".".join(str(part) for part in torch.cuda.nccl.version()) if cuda else None,
         "horovod": horovod.__version__,
         "openmpi": mpirun.splitlines()[0] if mpirun else None,
-        # As the trainer's summary.json records it (runtime.checkout_commit).
-        "git_commit": runtime.checkout_commit(),
     }
 
 
-def network(args) -> dict:
-    if args.emulate:
+def network(cluster: Cluster) -> dict:
+    if cluster.emulate:
         return {"kind": "emulated hosts: veth pairs on a Linux bridge",
-                "shaping": {"rate": args.link_rate, "delay": args.link_delay}
-                if args.link_rate or args.link_delay else None}
+                "shaping": {"rate": cluster.link_rate, "delay": cluster.link_delay}
+                if cluster.shaped else None}
     route = None
-    remote = next((h for h in (args.hosts or []) if not is_local(h)), None)
+    remote = next((h for h in (cluster.hosts or []) if not is_local(h)), None)
     if remote:
         try:
-            route = command_output("ip", "route", "get", socket.gethostbyname(remote))
+            route = runtime.command_output("ip", "route", "get", socket.gethostbyname(remote))
         except OSError:
             route = None
     return {"kind": "hosts as given", "route_to_first_remote_host": route}
@@ -351,55 +408,63 @@ def network(args) -> dict:
 
 # --- main --------------------------------------------------------------------
 
-def settings(args) -> dict:
-    return {"workload": args.workload, "model": args.model, "memory_format": args.memory_format,
-            "image_size": args.image_size if args.workload == "synthetic" else 28,
-            "batch_per_rank": args.batch_size, "amp": args.amp, "warmup_steps": args.warmup_steps,
-            "steps": args.steps, "repeats": args.repeats, "device": args.device,
-            "launchers": args.launchers, "controller": args.controller,
-            "fp16_allreduce": args.fp16_allreduce,
-            "fusion_threshold_mb": args.fusion_threshold_mb, "cycle_time_ms": args.cycle_time_ms,
-            "emulate": args.emulate,
-            "network": ({"rate": args.link_rate, "delay": args.link_delay}
-                        if args.link_rate or args.link_delay else None),
+def settings_record(settings: MatrixSettings) -> dict:
+    """The settings as results.json records them; parameters and
+    gradient_bytes are filled in by the first run that reports them."""
+    workload, tuning, cluster = settings.workload, settings.horovod, settings.cluster
+    return {"workload": workload.kind, "model": workload.model,
+            "memory_format": workload.memory_format,
+            "image_size": workload.image_size if workload.kind == "synthetic" else 28,
+            "batch_per_rank": workload.batch_per_rank, "amp": workload.amp,
+            "warmup_steps": workload.warmup_steps, "steps": workload.steps,
+            "repeats": settings.repeats, "device": settings.device,
+            "launchers": list(settings.launchers), "controller": tuning.controller,
+            "fp16_allreduce": tuning.fp16_allreduce,
+            "fusion_threshold_mb": tuning.fusion_threshold_mb,
+            "cycle_time_ms": tuning.cycle_time_ms,
+            "emulate": cluster.emulate,
+            "network": ({"rate": cluster.link_rate, "delay": cluster.link_delay}
+                        if cluster.shaped else None),
             "parameters": None, "gradient_bytes": None}
 
 
-def run_matrix(args) -> dict:
-    layouts = parse_layouts(args.layouts)
-    args.out_dir.mkdir(parents=True, exist_ok=True)
+def run_matrix(settings: MatrixSettings) -> dict:
+    out_dir, launchers = settings.out_dir, list(settings.launchers)
+    out_dir.mkdir(parents=True, exist_ok=True)
     results = {"schema_version": SCHEMA_VERSION,
                "created_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-               "command": shlex.join(["benchmarks/run_matrix.sh", *args.argv]),
-               "settings": settings(args), "environment": environment(args), "runs": []}
+               "command": settings.command,
+               "machine": machine_record(),
+               "settings": settings_record(settings), "environment": environment(settings),
+               "runs": []}
     port = 29400 + os.getpid() % 500  # torchrun rendezvous; a new one per run below
-    for nodes, per_node in layouts:
+    for nodes, per_node in settings.layouts:
         layout = scaling_tables.layout_name(nodes, per_node)
         try:
-            hosts = layout_hosts(args, nodes, per_node)
+            hosts = layout_hosts(settings, nodes, per_node)
         except UserError as err:
             # One line for the layout; a failed run per launcher for the tables.
             print(f"{layout}: not run: {err}", flush=True)
-            results["runs"] += [new_run(args, launcher, nodes, per_node, 0, reason=str(err))
-                                for launcher in args.launchers]
+            results["runs"] += [new_run(settings, launcher, nodes, per_node, 0, reason=str(err))
+                                for launcher in launchers]
             continue
         # The launchers take turns, repeat by repeat, so that a slow spell of
         # a shared machine falls on both and their ratio stays fair.
-        for repeat in range(args.repeats):
-            for launcher in args.launchers:
+        for repeat in range(settings.repeats):
+            for launcher in launchers:
                 port += 1
-                run = run_once(args, launcher, hosts, per_node, repeat, args.out_dir, port)
+                run = run_once(settings, launcher, hosts, per_node, repeat, port)
                 results["runs"].append(run)
                 print(progress_line(run), flush=True)
                 if run["status"] == "ok":
                     results["settings"]["parameters"] = run["parameters"]
                     results["settings"]["gradient_bytes"] = run["gradient_bytes"]
-            if all("wall_time_s" not in run for run in results["runs"][-len(args.launchers):]):
+            if all("wall_time_s" not in run for run in results["runs"][-len(launchers):]):
                 break  # no run started (hosts unreachable): every repeat would fail the same way
-        results["rows"] = scaling_tables.summarize(results["runs"], layouts, args.launchers)
-        scaling_tables.write_outputs(args.out_dir, results, args.launchers)  # after each layout
-    results["rows"] = scaling_tables.summarize(results["runs"], layouts, args.launchers)
-    scaling_tables.write_outputs(args.out_dir, results, args.launchers)
+        results["rows"] = scaling_tables.summarize(results["runs"], settings.layouts, launchers)
+        scaling_tables.write_outputs(out_dir, results, launchers)  # after each layout
+    results["rows"] = scaling_tables.summarize(results["runs"], settings.layouts, launchers)
+    scaling_tables.write_outputs(out_dir, results, launchers)
     return results
 
 
@@ -411,7 +476,8 @@ def progress_line(run: dict) -> str:
             f"step {run['step_time_s'] * 1e3:.1f} ms")
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
+def parse_args(argv: list[str]) -> MatrixSettings:
+    """The command line, checked, as the matrix's settings."""
     parser = ArgumentParser(prog="run_matrix.sh", description=__doc__,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--layouts", default="1x1,1x2,2x2,2x4",
@@ -468,10 +534,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--out-dir", type=Path, default=None,
                         help="default: runs/benchmarks/YYYYmmdd-HHMMSS")
     args = parser.parse_args(argv)
-    args.argv = argv
-    args.launchers = [x.strip() for x in args.launchers.split(",") if x.strip()]
-    if not args.launchers or set(args.launchers) - {"horovod", "ddp"}:
-        parser.error(f"--launchers {','.join(args.launchers)}: choose from horovod, ddp")
+    launchers = tuple(x.strip() for x in args.launchers.split(",") if x.strip())
+    if not launchers or set(launchers) - {"horovod", "ddp"}:
+        parser.error(f"--launchers {','.join(launchers)}: choose from horovod, ddp")
     for name in ("batch_size", "steps", "repeats", "image_size"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
@@ -485,27 +550,40 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         parser.error("--link-rate and --link-delay shape the emulated link: add --emulate")
     if args.emulate and args.hosts:
         parser.error("--emulate runs on the emulated hosts a and b: drop --hosts")
-    args.model = args.model or ("resnet50" if args.workload == "synthetic" else "mnist_cnn")
-    args.hosts = [h.strip() for h in args.hosts.split(",")] if args.hosts else None
-    args.out_dir = args.out_dir or (Path("runs") / "benchmarks"
-                                    / datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
-    args.out_dir = args.out_dir.resolve()
-    args.data_dir = args.data_dir.resolve()
     try:
-        parse_layouts(args.layouts)
+        layouts = parse_layouts(args.layouts)
     except UserError as err:
         parser.error(str(err))
-    return args
+    out_dir = args.out_dir or (Path("runs") / "benchmarks"
+                               / datetime.datetime.now().strftime("%Y%m%d-%H%M%S"))
+    gpus = cuda_devices()  # after the checks: torch is slow to import
+    return MatrixSettings(
+        command=shlex.join(["benchmarks/run_matrix.sh", *argv]),
+        layouts=layouts, launchers=launchers, repeats=args.repeats, timeout_s=args.timeout,
+        out_dir=out_dir.resolve(),
+        device="cuda" if gpus and not args.no_cuda else "cpu", gpus=gpus,
+        workload=Workload(
+            kind=args.workload,
+            model=args.model or ("resnet50" if args.workload == "synthetic" else "mnist_cnn"),
+            image_size=args.image_size, memory_format=args.memory_format, amp=args.amp,
+            batch_per_rank=args.batch_size, warmup_steps=args.warmup_steps, steps=args.steps,
+            data_dir=args.data_dir.resolve(), cpu_only=args.no_cuda, threads=args.threads),
+        horovod=HorovodTuning(
+            controller=args.controller, fp16_allreduce=args.fp16_allreduce,
+            fusion_threshold_mb=args.fusion_threshold_mb, cycle_time_ms=args.cycle_time_ms),
+        cluster=Cluster(
+            hosts=tuple(h.strip() for h in args.hosts.split(",")) if args.hosts else None,
+            hostfile_dir=args.hostfile_dir, ssh_port=args.ssh_port, emulate=args.emulate,
+            link_rate=args.link_rate, link_delay=args.link_delay))
 
 
-def detect_device(args) -> None:
+def cuda_devices() -> int:
     import torch
 
-    args.gpus = torch.cuda.device_count()
-    args.device = "cuda" if args.gpus and not args.no_cuda else "cpu"
+    return torch.cuda.device_count()
 
 
-def emulated_cluster(args) -> bool:
+def emulated_cluster(cluster: Cluster) -> bool:
     """Bring the emulated hosts up unless they are; shape their link. Returns
     whether this run brought them up (and so takes them down)."""
     up = subprocess.run([str(EMULATE), "status"], capture_output=True).returncode != 0
@@ -515,9 +593,9 @@ def emulated_cluster(args) -> bool:
         if result.returncode != 0:
             detail = result.stderr.strip().splitlines()[-1:] or [f"exit {result.returncode}"]
             raise RunFailed(f"emulate_cluster.sh up failed: {detail[0]}")
-    if args.link_rate or args.link_delay:
-        limits = (["--rate", args.link_rate] if args.link_rate else []) + (
-            ["--delay", args.link_delay] if args.link_delay else [])
+    if cluster.shaped:
+        limits = (["--rate", cluster.link_rate] if cluster.link_rate else []) + (
+            ["--delay", cluster.link_delay] if cluster.link_delay else [])
         result = subprocess.run([str(EMULATE), "shape", *limits], capture_output=True,
                                 text=True, timeout=60)
         if result.returncode != 0:
@@ -527,26 +605,26 @@ def emulated_cluster(args) -> bool:
 
 
 def main(argv: list[str]) -> int:
-    args = parse_args(argv)
-    if args.workload == "mnist":
+    settings = parse_args(argv)
+    if settings.workload.kind == "mnist":
         from horovod_train.core import mnist  # numpy: not for --help
 
         # Once, here, before any run: the timed runs never download.
-        mnist.ensure_available(args.data_dir, ["train", "test"])
-    detect_device(args)
-    brought_up = emulated_cluster(args) if args.emulate else False
+        mnist.ensure_available(settings.workload.data_dir, ["train", "test"])
+    cluster = settings.cluster
+    brought_up = emulated_cluster(cluster) if cluster.emulate else False
     try:
-        results = run_matrix(args)
+        results = run_matrix(settings)
     finally:
-        if args.emulate and (args.link_rate or args.link_delay):
+        if cluster.emulate and cluster.shaped:
             subprocess.run([str(EMULATE), "shape", "--off"], capture_output=True, timeout=60)
         if brought_up:
             subprocess.run([str(EMULATE), "down"], capture_output=True, timeout=120)
-    print((args.out_dir / "scaling.md").read_text(), end="")
-    print(f"run_matrix: wrote results.json, scaling.csv, scaling.md, scaling.png in "
-          f"{args.out_dir}")
+    out_dir = settings.out_dir
+    print((out_dir / "scaling.md").read_text(), end="")
+    print(f"run_matrix: wrote results.json, scaling.csv, scaling.md, scaling.png in {out_dir}")
     if all(row["status"] != "ok" for row in results["rows"]):
-        raise RunFailed(f"no layout ran; each one's reason is in {args.out_dir / 'scaling.md'}")
+        raise RunFailed(f"no layout ran; each one's reason is in {out_dir / 'scaling.md'}")
     return 0
 
 

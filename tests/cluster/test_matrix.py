@@ -6,7 +6,7 @@ four files written. The tiny matrix runs for real on the emulated hosts
 import csv
 import json
 import subprocess
-from types import SimpleNamespace
+from dataclasses import replace
 
 import pytest
 from conftest import BIN, REPO
@@ -28,16 +28,17 @@ def run_matrix(*argv: str, timeout: int = 900) -> subprocess.CompletedProcess:
     ("mnist_cnn", "cpu", 2, None)])
 def test_the_controller_is_gloo_for_big_gradients_across_cpu_hosts_unless_one_is_asked_for(
         model, device, nodes, chosen):
-    args = matrix.parse_args(["--layouts", "1x1", "--model", model])
-    args.device = device
-    assert matrix.controller(args, nodes) == chosen
-    args.controller = "mpi"
-    assert matrix.controller(args, nodes) == "mpi"
+    settings = replace(matrix.parse_args(["--layouts", "1x1", "--model", model]), device=device)
+    assert matrix.controller(settings, nodes) == chosen
+    settings = replace(settings, horovod=replace(settings.horovod, controller="mpi"))
+    assert matrix.controller(settings, nodes) == "mpi"
 
 
 def layout_args(hostfile_dir, hosts=None, emulate=True, device="cpu", gpus=0):
-    return SimpleNamespace(hostfile_dir=hostfile_dir, hosts=hosts, emulate=emulate,
-                           device=device, gpus=gpus)
+    """The matrix's settings with these hosts and devices."""
+    cluster = matrix.Cluster(hosts=tuple(hosts) if hosts else None, hostfile_dir=hostfile_dir,
+                             ssh_port=12345, emulate=emulate, link_rate=None, link_delay=None)
+    return replace(matrix.parse_args([]), cluster=cluster, device=device, gpus=gpus)
 
 
 def test_a_layout_needs_its_slots(tmp_path):
@@ -130,7 +131,7 @@ def test_tiny_matrix_on_the_emulated_hosts(cluster, mnist_dir, tmp_path):
         assert (tmp_path / name).stat().st_size > 0, name
     assert (tmp_path / "scaling.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     results = json.loads((tmp_path / "results.json").read_text())
-    assert results["environment"]["git_commit"]
+    assert results["machine"]["commit"]
     assert results["settings"]["gradient_bytes"] == 4 * results["settings"]["parameters"]
 
     runs = results["runs"]
@@ -152,7 +153,7 @@ def test_tiny_matrix_on_the_emulated_hosts(cluster, mnist_dir, tmp_path):
             assert row["efficiency"] == pytest.approx(
                 row["images_per_sec"] / (row["ranks"] * base["images_per_sec"]))
     # Two emulated hosts share this machine's cores: 2x2 is 4 ranks on them.
-    cores = results["environment"]["cpu_cores"]
+    cores = results["machine"]["cpu_cores"]
     assert all(r["oversubscribed"] == (r["ranks"] > cores) for r in rows)
     with open(tmp_path / "scaling.csv") as f:
         assert len(list(csv.DictReader(f))) == len(rows)
