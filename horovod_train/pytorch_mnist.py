@@ -8,8 +8,12 @@ times that many steps instead (benchmarks/run_matrix.sh runs it so). The
 options: torch/options.py; the run: train.py.
 """
 
-if not __package__:
-    import checkout_first  # noqa: F401  (run by path: the package from the checkout)
+if not __package__:  # run by path: the package from the checkout (checkout_first.py)
+    import contextlib
+
+    # Not found in a rank horovod.run spawns: it inherits its parent's path, checkout first.
+    with contextlib.suppress(ModuleNotFoundError):
+        import checkout_first  # noqa: F401
 
 from horovod_train import train  # noqa: E402
 

@@ -37,8 +37,9 @@ def test_only_the_trainers_files_put_the_checkout_on_sys_path_through_one_helper
     assert rewriting == {"horovod_train/checkout_first.py"}
     for trainer in TRAINERS:
         text = trainer.read_text()
-        assert "if not __package__:\n    import checkout_first" in text, trainer.name
-        assert len(text.split('"""', 2)[2].strip().splitlines()) <= 12, trainer.name
+        assert re.search(r"^if not __package__:.*\n(    .*\n|\n)*        import checkout_first\b",
+                         text, re.M), trainer.name
+        assert len(text.split('"""', 2)[2].strip().splitlines()) <= 16, trainer.name
     assert not list(REPO.glob("scripts/**/*.py")), "programs live in the package"
 
 
