@@ -58,9 +58,8 @@ def main() -> int:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    from horovod_train.torch import timed_steps
     from horovod_train.core import mnist, outputs, runtime
-    from horovod_train.torch import allocator, dataloader
+    from horovod_train.torch import allocator, dataloader, timed_steps
     from horovod_train.torch.models import build_model, input_shape
     from horovod_train.torch.precision import amp_name, amp_settings
 

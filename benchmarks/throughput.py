@@ -15,9 +15,8 @@ import numpy as np
 import torch
 
 from benchmarks import upstream_example
-from horovod_train.torch import timed_steps
 from horovod_train.core import loop, mnist
-from horovod_train.torch import device_data
+from horovod_train.torch import device_data, timed_steps
 from horovod_train.torch.models import build_model
 from horovod_train.torch.precision import amp_settings
 from horovod_train.torch.trainer import batch_trainer, distributed_optimizer, set_lr
