@@ -251,7 +251,7 @@ def write_subset(source_dir: Path, data_dir: Path, n_train: int, n_test: int) ->
 
 def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(
-        prog="python -m horovod_train.mnist",
+        prog="python -m horovod_train mnist",
         description="Fetch, check or prepare MNIST in the torchvision layout.",
     )
     commands = parser.add_subparsers(dest="command", required=True)
@@ -282,5 +282,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def cli() -> None:
-    """The command's entry (python -m horovod_train.mnist)."""
+    """The command's entry (python -m horovod_train mnist)."""
     run_main(lambda: main(sys.argv[1:]))

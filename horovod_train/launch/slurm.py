@@ -2,7 +2,7 @@
 the batch step, and so do the jobs of scripts/slurm/submit.sh: one recipe for
 both.
 
-    scripts/python.sh -m horovod_train.launch.slurm run [-- TRAINER OPTIONS...]
+    scripts/python.sh -m horovod_train slurm-job run [-- TRAINER OPTIONS...]
 
 By default every rank is a task of the job, started by srun, and Horovod
 starts over MPI through Slurm's PMIx: Slurm tracks, binds, accounts for and
