@@ -3,12 +3,13 @@ options.py), then either start the ranks through horovod.run (--num-proc)
 or run this rank's training. pytorch_mnist.py, tensorflow2_mnist.py and
 mxnet_mnist.py are its commands, one per framework."""
 
+import functools
 import importlib
 import os
 import sys
 
 from horovod_train.core.config import RunConfig
-from horovod_train.core.errors import run_main
+from horovod_train.core.errors import exit_code, run_main
 
 # Each framework's options: build_parser(), parse_args(argv) and PROG, its command's name.
 OPTIONS = {"pytorch": "horovod_train.torch.options",
@@ -33,7 +34,9 @@ def main(framework: str, argv: list[str]) -> int:
     if config.launch.num_proc:
         from horovod_train.launch import python_launcher
 
-        return python_launcher.start_ranks(framework, argv, config.launch)
+        return python_launcher.start_ranks(options_of(framework).PROG,
+                                           functools.partial(run_rank, framework), argv,
+                                           config.launch)
     # Imported after parsing, so --help and option errors answer at once.
     from horovod_train.core import distributed, phases
 
@@ -59,6 +62,16 @@ def main(framework: str, argv: list[str]) -> int:
     with distributed.one_line_when_horovod_stops():
         run(config)
     return 0
+
+
+def run_rank(framework: str, argv: list[str]) -> int:
+    """One rank that horovod.run started: main(framework, argv), its code as
+    errors.run_main would exit with it, returned instead, since horovod.run
+    collects each rank's return value."""
+    try:
+        return exit_code(lambda: main(framework, argv), options_of(framework).PROG)
+    except SystemExit as exit_:  # argparse, or a rank told to end
+        return exit_.code if isinstance(exit_.code, int) else 1
 
 
 def cli(framework: str) -> None:

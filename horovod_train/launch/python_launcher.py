@@ -1,7 +1,8 @@
 """A trainer that starts its own ranks, as Horovod's own examples do with
 --num-proc, --hosts and --communication: horovod.run (Horovod's Python
-launcher, horovodrun's machinery) starts each rank, which runs the trainers'
-main (train.py) for the same framework with the same options less those three.
+launcher, horovodrun's machinery) starts each rank, which runs the function
+it is given (the trainers' main, train.py's run_rank) with the same options
+less those three.
 
     python horovod_train/pytorch_mnist.py --num-proc 2 --communication gloo
 
@@ -10,12 +11,12 @@ anything starts. Each rank returns the exit code its error line goes with
 (errors.py); the command exits with the worst of them."""
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
-from horovod_train import train
 from horovod_train.core import config as run_config
 from horovod_train.core.console import say
-from horovod_train.core.errors import RunFailed, exit_code
+from horovod_train.core.errors import RunFailed
 from horovod_train.launch import hosts as host_checks
 
 REPO = Path(__file__).resolve().parents[2]  # the checkout
@@ -37,10 +38,11 @@ def rank_argv(argv: list[str]) -> list[str]:
     return kept
 
 
-def start_ranks(framework: str, argv: list[str], launch: run_config.Launch) -> int:
-    """Start launch.num_proc ranks of train.main(framework, argv) with
-    horovod.run; the worst exit code of the ranks."""
-    prog = train.options_of(framework).PROG
+def start_ranks(prog: str, run_rank: Callable[[list[str]], int], argv: list[str],
+                launch: run_config.Launch) -> int:
+    """Start launch.num_proc ranks of run_rank(argv less the launch options)
+    with horovod.run (which pickles run_rank: a module's function); the worst
+    exit code of the ranks."""
     hosts = host_checks.parse_host_list(launch.hosts, "--hosts") if launch.hosts else None
     if hosts:
         host_checks.check_process_count(launch.num_proc, hosts, f"--hosts {launch.hosts}")
@@ -56,7 +58,7 @@ def start_ranks(framework: str, argv: list[str], launch: run_config.Launch) -> i
         f"(hosts {launch.hosts or 'this machine'}, {launch.communication or 'default'} "
         "controller)")
     try:
-        codes = horovod.run(run_rank, args=(framework, rank_argv(argv)),
+        codes = horovod.run(run_rank, args=(rank_argv(argv),),
                             np=launch.num_proc, hosts=launch.hosts,
                             use_gloo=launch.communication == "gloo",
                             use_mpi=launch.communication == "mpi")
@@ -66,12 +68,3 @@ def start_ranks(framework: str, argv: list[str], launch: run_config.Launch) -> i
         raise RunFailed(f"horovod.run: {lines[0]}") from None
     return max(codes)
 
-
-def run_rank(framework: str, argv: list[str]) -> int:
-    """One rank: train.main(framework, argv), its code as errors.run_main
-    would exit with it, returned instead, since horovod.run collects each
-    rank's return value."""
-    try:
-        return exit_code(lambda: train.main(framework, argv), train.options_of(framework).PROG)
-    except SystemExit as exit_:  # argparse, or a rank told to end
-        return exit_.code if isinstance(exit_.code, int) else 1
