@@ -141,9 +141,10 @@ def scaling_csv(rows: list[dict]) -> str:
 
 LAUNCHER_NAMES = {"horovod": "Horovod", "ddp": "torchrun + DDP"}
 LAUNCHER_COLOURS = {"horovod": "tab:blue", "ddp": "tab:orange"}
-# Where each launcher's layout labels sit beside its points (points), so
-# that the two launchers' labels at one rank count do not overlap.
-LABEL_OFFSETS = {"horovod": (5, 4), "ddp": (5, -11)}
+# Each launcher's layout labels on its own side of the points, so that the
+# two launchers' labels at one rank count never overlap: (offset in points,
+# alignment).
+LABEL_PLACES = {"horovod": ((-6, -3), "right"), "ddp": ((6, -3), "left")}
 
 
 def machine_line(machine: dict | None) -> str:
@@ -168,7 +169,7 @@ def scaling_figure(rows: list[dict], launchers: list[str], title: str):
     axes from 0. Returns the matplotlib Figure."""
     from matplotlib.figure import Figure  # no pyplot: no global figure state
 
-    fig = Figure(figsize=(11, 4.5))
+    fig = Figure(figsize=(11, 5.5))
     rate_ax, eff_ax = fig.subplots(1, 2)
     top_rank = max((r["ranks"] for r in rows), default=1)
     top_rate = 0.0
@@ -182,9 +183,10 @@ def scaling_figure(rows: list[dict], launchers: list[str], title: str):
                     "o", color=colour, label=name)
         for ax, points in ((rate_ax, [(r, r["images_per_sec"]) for r in ok]),
                            (eff_ax, [(r, 100 * r["efficiency"]) for r in with_eff])):
+            offset, align = LABEL_PLACES[launcher]
             for row, value in points:
                 ax.annotate(row["layout"], (row["ranks"], value), textcoords="offset points",
-                            xytext=LABEL_OFFSETS[launcher], fontsize=8, color=colour)
+                            xytext=offset, ha=align, fontsize=8, color=colour)
         base = next((r["images_per_sec"] for r in ok if r["ranks"] == 1), None)
         if base:
             rate_ax.plot([0, top_rank], [0, base * top_rank], ":", color=colour,
@@ -203,7 +205,8 @@ def scaling_figure(rows: list[dict], launchers: list[str], title: str):
         ax.set_xlim(0, top_rank + max(1.0, 0.1 * top_rank))
         ax.set_xticks(all_ranks)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, loc="lower right" if ax is eff_ax else "upper left")
+        # Below the axes, where it covers no point.
+        ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     return fig
