@@ -39,13 +39,13 @@ import sys
 import tempfile
 from pathlib import Path
 
+from benchmarks import CHECKOUT
 from horovod_train.core import options
 from horovod_train.core.atomic import atomic_write_json
 from horovod_train.core.errors import ArgumentParser, RunFailed, run_main
 
-REPO = Path(__file__).resolve().parents[2]  # the checkout
 PROG = "horovod_settings.py"
-TRAINER = REPO / "horovod_train" / "pytorch_mnist.py"
+TRAINER = CHECKOUT / "horovod_train" / "pytorch_mnist.py"
 
 # name: (extra horovodrun arguments, extra environment)
 VARIANTS = {
@@ -67,7 +67,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="variants to compare, the first is the reference (default: all)")
     parser.add_argument("--np", type=options.positive_int, default=2,
                         help="ranks on this machine (default 2)")
-    parser.add_argument("--data-dir", type=Path, default=REPO / "data",
+    parser.add_argument("--data-dir", type=Path, default=CHECKOUT / "data",
                         help="MNIST for the default workload (never downloaded)")
     parser.add_argument("--steps", type=options.positive_int, default=150,
                         help="timed steps per run (default 150)")
@@ -114,7 +114,7 @@ def shown_command(cmd: list[str], log_dir: Path) -> str:
     """The trainer's command as a user would type it: python, the trainer's
     path in the checkout, LOG_DIR for the run's temporary directory."""
     words = cmd[cmd.index(sys.executable) + 1:]
-    shown = {str(TRAINER): str(TRAINER.relative_to(REPO)), str(log_dir): "LOG_DIR"}
+    shown = {str(TRAINER): str(TRAINER.relative_to(CHECKOUT)), str(log_dir): "LOG_DIR"}
     return shlex.join(["python", *(shown.get(word, word) for word in words)])
 
 
@@ -155,7 +155,6 @@ def main() -> int:
             "warmup_steps": args.warmup_steps, "repeats": args.repeats,
             "trainer_args": args.trainer_args, "rows": rows, "runs": runs})
     return 0
-
 
 
 def cli() -> None:

@@ -11,9 +11,8 @@ import platform
 import socket
 from pathlib import Path
 
+from benchmarks import CHECKOUT
 from horovod_train.core.runtime import command_output  # None where missing or failing
-
-CHECKOUT = Path(__file__).resolve().parents[1]  # benchmarks/ sits at the checkout's root
 
 
 def machine_record() -> dict:

@@ -25,18 +25,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks import scaling_tables
+from benchmarks import CHECKOUT, scaling_tables
 from benchmarks.machine import machine_record
 from horovod_train.core import runtime
 from horovod_train.core.errors import ArgumentParser, RunFailed, UserError, run_main
 from horovod_train.launch.hosts import Host, host_list, is_local, read_hostfile
 from horovod_train.torch import options as torch_options
 
-REPO = Path(__file__).resolve().parents[1]  # the checkout (benchmarks/ is at its root)
-
-EMULATE = REPO / "scripts" / "emulate_cluster.sh"
-TRAINER = REPO / "horovod_train" / "pytorch_mnist.py"
-DDP = REPO / "benchmarks" / "ddp_benchmark.py"
+EMULATE = CHECKOUT / "scripts" / "emulate_cluster.sh"
+TRAINER = CHECKOUT / "horovod_train" / "pytorch_mnist.py"
+DDP = CHECKOUT / "benchmarks" / "ddp_benchmark.py"
 SCHEMA_VERSION = 1
 LAYOUT = re.compile(r"^(\d+)x(\d+)$")
 
@@ -295,7 +293,7 @@ def check_reachable(cluster: Cluster, hosts: list[str]) -> None:
     resolve only there."""
     command = [sys.executable, "-m", "horovod_train.launch.hosts",
                "-p", str(cluster.ssh_port), *hosts]
-    result = subprocess.run(on_cluster(cluster, command), cwd=REPO, capture_output=True,
+    result = subprocess.run(on_cluster(cluster, command), cwd=CHECKOUT, capture_output=True,
                             text=True, timeout=120)
     if result.returncode != 0:
         lines = result.stderr.strip().splitlines() or [f"exit {result.returncode}"]
@@ -485,7 +483,7 @@ def parse_args(argv: list[str]) -> MatrixSettings:
     parser.add_argument("--hosts", default=None,
                         help="comma-separated node names (a layout uses the first N); "
                              "default: the layout's file under --hostfile-dir")
-    parser.add_argument("--hostfile-dir", type=Path, default=REPO / "hostfiles")
+    parser.add_argument("--hostfile-dir", type=Path, default=CHECKOUT / "hostfiles")
     parser.add_argument("--launchers", default="horovod,ddp",
                         help="horovod, ddp (torchrun + DistributedDataParallel), or both")
     parser.add_argument("--workload", choices=["mnist", "synthetic"], default="mnist",
@@ -505,7 +503,7 @@ def parse_args(argv: list[str]) -> MatrixSettings:
     parser.add_argument("--warmup-steps", type=int, default=5)
     parser.add_argument("--steps", type=int, default=50, help="timed steps per run")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--data-dir", type=Path, default=REPO / "data",
+    parser.add_argument("--data-dir", type=Path, default=CHECKOUT / "data",
                         help="MNIST in the torchvision layout (MNIST/raw/), downloaded there "
                              "first when missing")
     parser.add_argument("--controller", choices=["auto", "gloo", "mpi"], default="auto",

@@ -45,8 +45,6 @@ from horovod_train.core.atomic import atomic_write_bytes, atomic_write_json
 from horovod_train.core.errors import ArgumentParser, UserError, run_main
 from horovod_train.core.options import non_negative_float, positive_float
 
-REPO = Path(__file__).resolve().parents[2]  # the checkout
-
 PROG = "predict_scaling"
 DEFAULT_LAYOUTS = "1x1,1x2,2x2,2x4,4x8,16x8"
 SCHEMA_VERSION = 1
@@ -450,7 +448,6 @@ def main(argv: list[str]) -> int:
 
         atomic_write_json(args.json, {**report, "machine": machine_record()})
     return 0
-
 
 
 def cli() -> None:

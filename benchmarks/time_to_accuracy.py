@@ -44,20 +44,19 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks import CHECKOUT
 from horovod_train.core import mnist, options
 from horovod_train.core.atomic import atomic_write_json
 from horovod_train.core.errors import ArgumentParser, RunFailed, UserError, run_main
 from horovod_train.emulation.cluster import SSH_PORT as EMULATED_SSH_PORT
 from horovod_train.torch.presets import PRESETS, describe_preset
 
-REPO = Path(__file__).resolve().parents[2]  # the checkout
-
 PROG = "time_to_accuracy.py"
 CONTROLLERS = ("gloo", "mpi")
-EMULATE = REPO / "scripts" / "emulate_cluster.sh"
-TRAINER = REPO / "horovod_train" / "pytorch_mnist.py"
+EMULATE = CHECKOUT / "scripts" / "emulate_cluster.sh"
+TRAINER = CHECKOUT / "horovod_train" / "pytorch_mnist.py"
 # Where the trainer downloads MNIST (python -m horovod_train.mnist download data).
-DEFAULT_SOURCE = Path(os.environ.get("HVT_MNIST_T10K_DIR", mnist.raw_dir(REPO / "data")))
+DEFAULT_SOURCE = Path(os.environ.get("HVT_MNIST_T10K_DIR", mnist.raw_dir(CHECKOUT / "data")))
 N_TRAIN, N_TEST = 8000, 2000
 
 
@@ -140,7 +139,7 @@ def venv_env() -> dict:
 def time_command(command: list[str]) -> float:
     env = venv_env()
     started = time.perf_counter()
-    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
+    result = subprocess.run(command, cwd=CHECKOUT, env=env, capture_output=True, text=True,
                             timeout=300)
     seconds = time.perf_counter() - started
     if result.returncode != 0:
@@ -176,7 +175,7 @@ def run_trainer(command: list[str], work: Path) -> tuple[dict, dict]:
     with open(work / "stderr.txt", "w+") as stderr:
         started_unix = time.time()
         started = time.perf_counter()
-        with subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE,
+        with subprocess.Popen(command, cwd=CHECKOUT, env=env, stdout=subprocess.PIPE,
                               stderr=stderr, text=True) as process:
             for line in process.stdout:
                 if answer_s is None and ANSWER in line:
