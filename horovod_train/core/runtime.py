@@ -7,6 +7,7 @@ API."""
 
 import concurrent.futures
 import functools
+import ipaddress
 import os
 import platform
 import shutil
@@ -16,7 +17,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from horovod_train.core import phases
+from horovod_train.core import interfaces, phases
+from horovod_train.core.errors import UserError
 from horovod_train.core.slurm_tasks import expand_tasks_per_node
 
 REPO = Path(__file__).resolve().parents[2]  # the checkout, when the package runs from one
@@ -34,7 +36,7 @@ class Runtime:
     controller: str  # "gloo" or "mpi"
     hostname: str
     threads: int
-    network: str | None  # the interface(s) the launcher chose for the ranks' traffic
+    network: str | None  # this host's interface(s) the launcher chose for the ranks' traffic
 
     @property
     def is_root(self) -> bool:
@@ -153,10 +155,39 @@ def use_rank_mpi_settings() -> None:
 CPU_RANK_HOROVOD_SETTINGS = {"HOROVOD_FUSION_THRESHOLD": str(4 * 1024 * 1024)}
 
 
+# The Slurm job hands its ranks the networks it chose in CIDR form,
+# HVT_NETWORKS (launch/slurm.py), and Open MPI's variables the same. Gloo
+# and NCCL take interface names, which may differ from host to host: each
+# rank names its own host's. NCCL reads a bare name as a prefix (eth1 would
+# also select eth10): `=` asks for exact names.
+def chosen_network_settings(text: str, local: list[interfaces.Interface],
+                            host: str) -> dict[str, str]:
+    """Gloo's and NCCL's interface settings for the networks `text` (CIDR
+    form, comma-separated) on this host, whose interfaces are `local`."""
+    try:
+        names = interfaces.names_on(interfaces.parse_networks(text), local)
+    except ValueError as err:
+        raise UserError(f"HVT_NETWORKS={text}: {err}") from None
+    if not names:
+        raise UserError(f"HVT_NETWORKS={text}: no interface of {host} has an address on it")
+    return {"HOROVOD_GLOO_IFACE": names[0], "NCCL_SOCKET_IFNAME": "=" + ",".join(names)}
+
+
+def use_chosen_networks() -> None:
+    """The job's chosen networks (HVT_NETWORKS) as this host's interface
+    names for Gloo and NCCL, where the user set none."""
+    text = os.environ.get("HVT_NETWORKS")
+    if text:
+        use_defaults(chosen_network_settings(text, interfaces.local_interfaces(),
+                                             socket.gethostname()))
+
+
 def init_horovod(hvd, cpu_tensors: bool) -> None:
-    """hvd.init(), with the project's MPI settings for this rank, and its
-    Horovod settings for CPU tensors where the rank trains on the CPU."""
+    """hvd.init(), with the project's MPI settings for this rank, its
+    interfaces on the job's chosen networks, and its Horovod settings for
+    CPU tensors where the rank trains on the CPU."""
     use_rank_mpi_settings()
+    use_chosen_networks()
     if cpu_tensors:
         use_defaults(CPU_RANK_HOROVOD_SETTINGS)
     hvd.init()
@@ -190,8 +221,23 @@ def threads_before_init(requested: int | None) -> int:
 
 # Where each controller's launcher names the ranks' interface: horovodrun
 # (its probe's choice, or --network-interfaces) and the Slurm job's srun
-# (launch/network.py's) both set these.
+# (launch/network.py's, as networks in CIDR form for Open MPI) both set these.
 NETWORK_VARIABLES = {"gloo": "HOROVOD_GLOO_IFACE", "mpi": "OMPI_MCA_btl_tcp_if_include"}
+
+
+def interface_names(value: str | None, local: list[interfaces.Interface]) -> str | None:
+    """A layer's interface setting with its networks in CIDR form turned into
+    the names of this host's interfaces (`local`) on them."""
+    if not value or "/" not in value:
+        return value
+    names: list[str] = []
+    for item in (item.strip() for item in value.split(",")):
+        try:
+            found = interfaces.names_on([ipaddress.IPv4Network(item)], local)
+        except ValueError:  # a name, or what Open MPI will refuse itself
+            found = [item]
+        names += [name for name in found if name not in names]
+    return ",".join(names) or value
 
 
 def describe(hvd, device: str, threads: int) -> Runtime:
@@ -200,5 +246,6 @@ def describe(hvd, device: str, threads: int) -> Runtime:
         rank=hvd.rank(), size=hvd.size(), local_rank=hvd.local_rank(),
         local_size=hvd.local_size(), device=device, controller=controller,
         hostname=socket.gethostname(), threads=threads,
-        network=os.environ.get(NETWORK_VARIABLES[controller]),
+        network=interface_names(os.environ.get(NETWORK_VARIABLES[controller]),
+                                interfaces.local_interfaces()),
     )

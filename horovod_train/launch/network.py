@@ -1,129 +1,164 @@
-"""The network the ranks share: each host's interfaces, which of them
-connect every host to every other, and the check of one a user names.
+"""The network the ranks share: each node's interfaces, the IPv4 networks
+on which every node reaches every other, and the check of one a user names.
 
 Hosts with several interfaces are the usual cause of multi-host jobs that
 hang: a bridge local to each host (Docker's `docker0`, the same address on
 every host), a management network that only some hosts are on. Where
 horovodrun starts the ranks, its own probe chooses the interfaces (and the
 project's Horovod patch hands the choice to Open MPI's out-of-band channel
-too); an interface the user names is checked here first, because
-horovodrun then skips its probe and trusts the name. Where srun starts the
-ranks nobody probes, so the job chooses here, from what every node reports:
+too); an interface the user names is checked here first (check_named),
+because horovodrun then skips its probe and trusts the name. Where srun
+starts the ranks nobody probes, so the job chooses here, from what every
+node reports, networks rather than names (a node's `eth0` may be another's
+`ens5`):
 
-  - an interface is usable when every node has it, up (with a carrier),
-    with an IPv4 address that no other node has, all on one subnet; and,
-    with more than one node, when it is not loopback;
+  - the candidates: each IPv4 subnet on which every node has an interface,
+    whatever its name there; and, for the interfaces on a subnet that not
+    every node has (hosts on routed networks), those interfaces grouped by
+    name;
+  - a candidate passes the nodes' tables when every node's interface on it
+    is up (with a carrier), has an address that no other node has and,
+    with more than one node, is not loopback;
   - then every node connects to every other node's address on it and
     checks that the node that answers is the one meant (a `docker0`
-    address reaches the host itself, not its peer).
+    address reaches the host itself, not its peer): reachable is the rule.
 
-    python network.py list      this host's interfaces, as JSON
-    python network.py probe     one node's part of the srun probe (below)
+The ranks get the choice as networks in CIDR form, the same on every node:
+Open MPI takes them so, and each rank turns them into its own host's
+interface names for Gloo and NCCL (core/interfaces.py, core/runtime.py).
 
-Standard library only: it runs under a bare python3 on Slurm nodes and on
-hosts reached over ssh, and reads interfaces with the kernel's ioctls (one
-IPv4 address per interface, the primary one).
+    python -m horovod_train.launch.network list    this host's interfaces, as JSON
+    python -m horovod_train.launch.network probe   one node's part of the srun probe
+
+Standard library only (and core/interfaces.py, which reads the interfaces):
+the probe runs under the batch step's python on every node.
 """
 
 import contextlib
 import dataclasses
-import fcntl
 import ipaddress
 import json
 import os
 import queue
 import socket
-import struct
 import subprocess
 import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
-# <linux/sockios.h> and <linux/if.h>
-SIOCGIFFLAGS = 0x8913
-SIOCGIFADDR = 0x8915
-SIOCGIFNETMASK = 0x891B
-IFF_UP = 0x1
-IFF_LOOPBACK = 0x8
-IFF_RUNNING = 0x40
+from horovod_train.core.interfaces import (
+    SOURCE,  # noqa: F401 (hosts.py sends it to other hosts: python3 - list)
+    Interface,
+    interfaces_from_json,
+    local_interfaces,
+)
 
 CONNECT_TIMEOUT_S = 3  # one node to another's address; reachable ones answer in ms
 PROBE_TIMEOUT_S = 120  # the whole probe step, its start on every node included
 
 
+# --- the candidates, from the nodes' tables -------------------------------------
+
 @dataclasses.dataclass(frozen=True)
-class Interface:
-    name: str
-    up: bool  # administratively up and with a carrier (a cable, a peer, a port)
-    loopback: bool
-    address: str | None  # IPv4 in CIDR form, "10.0.0.11/24"; None without one
+class Network:
+    """A candidate: each node's interface on it (None where it has none)."""
+    label: str  # "10.0.0.0/24" (a subnet), "eth0" (a name), "a:eth0,b:ens5" (per host)
+    members: dict[str, Interface | None]
+    by_subnet: bool  # True: the label is a subnet, and the names may differ per node
 
     @property
-    def ip(self) -> str | None:
-        return self.address.split("/")[0] if self.address else None
+    def title(self) -> str:
+        """The label, with the interfaces' names where the label is a subnet."""
+        if not self.by_subnet:
+            return self.label
+        names = {node: iface.name for node, iface in self.members.items() if iface}
+        if len(set(names.values())) == 1:
+            return f"{self.label} on {next(iter(names.values()))}"
+        return f"{self.label} on " + ", ".join(f"{node} {name}" for node, name in names.items())
+
+    @property
+    def cidrs(self) -> list[str]:
+        """Each node's subnet on it, once each: what Open MPI and the ranks get."""
+        return list(dict.fromkeys(str(iface.network) for iface in self.members.values()
+                                  if iface and iface.address))
+
+    def where(self, node: str) -> str:
+        """A node, and its interface's name where the label is not that name."""
+        iface = self.members.get(node)
+        return f"{node} ({iface.name})" if iface and iface.name != self.label else node
 
 
-def local_interfaces() -> list[Interface]:
-    """This host's interfaces, in the kernel's order."""
-    found = []
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        for _, name in socket.if_nameindex():
-            request = struct.pack("256s", name.encode()[:15])
-            flags = struct.unpack_from("H", fcntl.ioctl(sock, SIOCGIFFLAGS, request), 16)[0]
-            try:
-                ip = socket.inet_ntoa(fcntl.ioctl(sock, SIOCGIFADDR, request)[20:24])
-                mask = socket.inet_ntoa(fcntl.ioctl(sock, SIOCGIFNETMASK, request)[20:24])
-                address = str(ipaddress.IPv4Interface(f"{ip}/{mask}"))
-            except OSError:  # EADDRNOTAVAIL: no IPv4 address
-                address = None
-            found.append(Interface(name, bool(flags & IFF_UP and flags & IFF_RUNNING),
-                                   bool(flags & IFF_LOOPBACK), address))
-    return found
+def by_name(name: str, tables: dict[str, list[Interface]]) -> Network:
+    return Network(name, {node: next((i for i in interfaces if i.name == name), None)
+                          for node, interfaces in tables.items()}, False)
 
 
-def interfaces_from_json(items: list[dict]) -> list[Interface]:
-    return [Interface(**item) for item in items]
+def candidates(tables: dict[str, list[Interface]]) -> list[Network]:
+    """The subnets every node has an interface on, then the interfaces on
+    none of those grouped by name (the routed case), in the order the
+    nodes list them (the first node's first); names with neither an IPv4
+    nor an IPv6 address anywhere are left out."""
+    nodes = list(tables)
+    subnets: dict[ipaddress.IPv4Network, dict[str, Interface]] = {}
+    for node in nodes:
+        for iface in tables[node]:
+            if iface.address:
+                subnets.setdefault(iface.network, {}).setdefault(node, iface)
+    found = [Network(str(subnet), {node: members[node] for node in nodes}, True)
+             for subnet, members in subnets.items() if len(members) == len(nodes)]
+    covered = {(node, iface.name) for net in found for node, iface in net.members.items()}
+    names = dict.fromkeys(iface.name for node in nodes for iface in tables[node]
+                          if (iface.address or iface.ipv6) and (node, iface.name) not in covered)
+    return found + [by_name(name, tables) for name in names]
 
 
-# --- which interfaces the hosts share -------------------------------------------
-
-def problem(name: str, tables: dict[str, list[Interface]]) -> str | None:
-    """None when ranks on these hosts can use interface `name` (by what each
-    host reports: see the module's doc), else why not, in a few words."""
-    found = {host: iface for host, interfaces in tables.items()
-             for iface in interfaces if iface.name == name}
-    missing = [host for host in tables if host not in found]
+def table_problem(net: Network) -> str | None:
+    """None when the nodes' tables allow `net` (see the module's doc), else
+    why not, in a few words naming the nodes (and their interfaces, where
+    the label does not)."""
+    members = net.members
+    missing = [node for node, iface in members.items() if iface is None]
     if missing:
         return f"missing on {', '.join(missing)}"
-    if len(tables) > 1 and any(iface.loopback for iface in found.values()):
+    if len(members) > 1 and any(iface.loopback for iface in members.values()):
         return "loopback"
-    down = [host for host, iface in found.items() if not iface.up]
+    down = [net.where(node) for node, iface in members.items() if not iface.up]
     if down:
         return f"down on {', '.join(down)}"
-    bare = [host for host, iface in found.items() if not iface.address]
+    bare = [node for node, iface in members.items() if not iface.address]
     if bare:
-        return f"no IPv4 address on {', '.join(bare)}"
+        only_ipv6 = all(members[node].ipv6 for node in bare)
+        return (f"{'IPv6 only (the job uses IPv4)' if only_ipv6 else 'no IPv4 address'} on "
+                f"{', '.join(bare)}")
     holders: dict[str, list[str]] = {}
-    for host, iface in found.items():
-        holders.setdefault(iface.ip, []).append(host)
-    for ip, hosts in holders.items():
-        if len(hosts) > 1:
-            return (f"the same address {ip} on {' and '.join(hosts)} (a network local to "
+    for node, iface in members.items():
+        holders.setdefault(iface.ip, []).append(node)
+    for ip, nodes in holders.items():
+        if len(nodes) > 1:
+            return (f"the same address {ip} on {' and '.join(nodes)} (a network local to "
                     "each host, such as Docker's bridge)")
-    if len({ipaddress.IPv4Interface(iface.address).network for iface in found.values()}) > 1:
-        return "on different subnets: " + ", ".join(
-            f"{host} {iface.address}" for host, iface in found.items())
     return None
 
 
-def verdicts(tables: dict[str, list[Interface]]) -> dict[str, str | None]:
-    """Each interface name with an IPv4 address on some host, in the first
-    host's order: None where the hosts can use it, else why not."""
-    names = dict.fromkeys(iface.name for interfaces in tables.values()
-                          for iface in interfaces if iface.address)
-    return {name: problem(name, tables) for name in names}
+def table_verdicts(tables: dict[str, list[Interface]]) -> dict[str, str | None]:
+    """Each candidate's title: None where the tables allow it, else why not."""
+    return {net.title: table_problem(net) for net in candidates(tables)}
+
+
+# --- an interface named for horovodrun ------------------------------------------
+
+def problem(name: str, tables: dict[str, list[Interface]]) -> str | None:
+    """None when ranks on these hosts can use interface `name`, by what each
+    host reports, else why not. Without a connect test (horovodrun's launch
+    check), an interface on different subnets is refused too: on hosts
+    with no route between those, the ranks would hang."""
+    net = by_name(name, tables)
+    why = table_problem(net)
+    if why is None and len({iface.network for iface in net.members.values()}) > 1:
+        return "on different subnets: " + ", ".join(
+            f"{host} {iface.address}" for host, iface in net.members.items())
+    return why
 
 
 def check_named(names: list[str], tables: dict[str, list[Interface]]) -> None:
@@ -135,13 +170,55 @@ def check_named(names: list[str], tables: dict[str, list[Interface]]) -> None:
             raise ValueError(f"network interface {name} cannot carry the job: {why}")
 
 
+# --- what the user names for srun's ranks ---------------------------------------
+
+def named_item_kind(item: str) -> str:
+    """"network" (CIDR form), "host" (HOST:NAME) or "name"."""
+    return "network" if "/" in item else "host" if ":" in item else "name"
+
+
+def named_networks(items: list[str], tables: dict[str, list[Interface]]) -> list[Network]:
+    """The networks of HVT_NETWORK_INTERFACE's items: a name (every node's
+    interface of that name), a network in CIDR form (every node's interface
+    with an address on it), HOST:NAME items (together one network: each
+    node's interface named for it). A ValueError of one line for HOST:NAME
+    items that name a host outside the job, or leave a node out."""
+    found, per_host = [], {}
+    for item in items:
+        kind = named_item_kind(item)
+        if kind == "network":
+            subnet = ipaddress.IPv4Network(item)
+            found.append(Network(item, {node: next(
+                (i for i in interfaces if i.address and ipaddress.IPv4Address(i.ip) in subnet),
+                None) for node, interfaces in tables.items()}, True))
+        elif kind == "host":
+            host, name = item.split(":", 1)
+            per_host[host] = name
+        else:
+            found.append(by_name(item, tables))
+    if per_host:
+        label = ",".join(f"{host}:{name}" for host, name in per_host.items())
+        strangers = [host for host in per_host if host not in tables]
+        if strangers:
+            raise ValueError(f"network interface {label}: {', '.join(strangers)} is not a node "
+                             f"of the job ({', '.join(tables)})")
+        left_out = [node for node in tables if node not in per_host]
+        if left_out:
+            raise ValueError(f"network interface {label} names none for "
+                             f"{', '.join(left_out)}")
+        found.append(Network(label, {node: next(
+            (i for i in tables[node] if i.name == per_host[node]), None) for node in tables},
+            False))
+    return found
+
+
 # --- reaching every node (the srun probe) ---------------------------------------
 #
 # One task on each node, started by the job with srun --input=all: stdin
 # reaches every task, each task's stdout lines reach the job. Each task
 # listens on a port of its own, says its node, port and interfaces; the job
 # answers with the addresses to try; each task connects to every other
-# node's address on each interface, reads the name of the node that
+# node's address on each candidate network, reads the name of the node that
 # answered, and reports what failed; the job closes stdin and the tasks end.
 
 def answer_connections(listener: socket.socket, node: str) -> None:
@@ -181,12 +258,12 @@ def probe_task() -> int:
     if not line:
         return 0
     plan = json.loads(line)
-    targets = [(name, peer, address) for name, addresses in plan["addresses"].items()
+    targets = [(label, peer, address) for label, addresses in plan["addresses"].items()
                for peer, address in addresses.items() if peer != node]
     with ThreadPoolExecutor(max_workers=64) as pool:
         verdicts = list(pool.map(lambda t: reach(t[1], t[2], plan["ports"][t[1]]), targets))
-    failures = [[name, peer, why]
-                for (name, peer, _), why in zip(targets, verdicts, strict=True) if why]
+    failures = [[label, peer, why]
+                for (label, peer, _), why in zip(targets, verdicts, strict=True) if why]
     emit({"node": node, "failures": failures})
     sys.stdin.read()  # until the job closes stdin: the other nodes may still connect here
     return 0
@@ -251,14 +328,23 @@ class ProbeStep:
 
 
 class NoSharedInterface(ValueError):
-    """No interface passed: the user may know one that the rules do not."""
+    """No network passed: the user may know one that the rules do not."""
 
 
 @dataclasses.dataclass(frozen=True)
 class Choice:
-    interfaces: list[str]  # what the ranks use, best first
+    networks: list[Network]  # what the ranks use, best first
     named: bool  # the user's, checked, rather than chosen
-    rejected: dict[str, str]  # the other names, and why not
+    rejected: dict[str, str]  # the other candidates' titles, and why not
+
+    @property
+    def cidrs(self) -> list[str]:
+        """The chosen networks in CIDR form, each node's subnet once."""
+        return list(dict.fromkeys(cidr for net in self.networks for cidr in net.cidrs))
+
+    @property
+    def title(self) -> str:
+        return ", ".join(net.title for net in self.networks)
 
 
 def layer_selection(variable: str, value: str,
@@ -294,49 +380,62 @@ def check_layer(variable: str, value: str, names: list[str], every: bool,
 
 def choose(command: list[str], nodes: list[str], named: list[str] | None = None,
            layers: dict[str, str] | None = None, timeout_s: float = PROBE_TIMEOUT_S) -> Choice:
-    """Run the probe step `command` (one task per node of `nodes`) and
-    choose the interfaces, or check the `named` ones; `layers`, the user's
-    own variables of a layer (NCCL_SOCKET_IFNAME=ib0, ...), are checked as
-    that layer reads them. A ValueError names what cannot carry the job; a
-    RuntimeError, a probe that failed."""
+    """Run the probe step `command` (one task per node of `nodes`), then
+    decide from what it found (decide: the same arguments, and the same
+    errors); a RuntimeError for a probe that failed."""
     step = ProbeStep(command, nodes, timeout_s)
     try:
         hello = step.from_each_node("interfaces")
         tables = {node: interfaces_from_json(hello[node]["interfaces"]) for node in nodes}
-        known = list(dict.fromkeys(iface.name for node in nodes for iface in tables[node]))
-        selections = {variable: layer_selection(variable, value, known)
-                      for variable, value in (layers or {}).items()}
-        why = verdicts(tables)
-        addressed = list(why)
-        for name in [*(named or []), *[name for selection in selections.values()
-                                       if selection for name in selection[0]]]:
-            why.setdefault(name, problem(name, tables))
-        tried = [name for name, reason in why.items() if reason is None]
-        addresses = {name: {node: next(i.ip for i in tables[node] if i.name == name)
-                            for node in nodes} for name in tried}
-        step.send({"addresses": addresses,
-                   "ports": {node: hello[node]["port"] for node in nodes}})
-        reports = step.from_each_node("report")
+
+        def connect(addresses: dict[str, dict[str, str]]) -> list[tuple[str, str, str, str]]:
+            step.send({"addresses": addresses,
+                       "ports": {node: hello[node]["port"] for node in nodes}})
+            reports = step.from_each_node("report")
+            return [(node, *failure) for node in nodes for failure in reports[node]["failures"]]
+
+        return decide(tables, connect, named, layers)
     finally:
         step.close()
-    for node in nodes:
-        for name, peer, failure in reports[node]["failures"]:
-            if why[name] is None:
-                why[name] = f"{node} cannot reach {peer}: {failure}"
-    for name in named or []:
-        if why[name]:
-            raise ValueError(f"network interface {name} cannot carry the job: {why[name]}")
+
+
+def decide(tables: dict[str, list[Interface]], connect, named: list[str] | None = None,
+           layers: dict[str, str] | None = None) -> Choice:
+    """Choose the networks from the nodes' interface tables, or check the
+    `named` ones (HVT_NETWORK_INTERFACE's items); `layers`, the user's own
+    variables of a layer (NCCL_SOCKET_IFNAME=ib0, ...), are checked as that
+    layer reads them. `connect` tries every node's address on each network
+    that passes the tables, {label: {node: ip}}, from every other node, and
+    returns what failed: (node, label, peer, why). A ValueError of one line
+    names what cannot carry the job."""
+    known = list(dict.fromkeys(iface.name for interfaces in tables.values()
+                               for iface in interfaces))
+    selections = {variable: layer_selection(variable, value, known)
+                  for variable, value in (layers or {}).items()}
+    chosen_from = named_networks(named, tables) if named else candidates(tables)
+    checked = {net.label: net for net in chosen_from}
+    for name in [name for selection in selections.values() if selection
+                 for name in selection[0]]:
+        checked.setdefault(name, by_name(name, tables))
+    why = {label: table_problem(net) for label, net in checked.items()}
+    addresses = {label: {node: iface.ip for node, iface in checked[label].members.items()}
+                 for label, reason in why.items() if reason is None}
+    for node, label, peer, failure in connect(addresses):
+        if why[label] is None:
+            why[label] = f"{node} cannot reach {checked[label].where(peer)}: {failure}"
+    for net in chosen_from if named else []:
+        if why[net.label]:
+            what = "network" if named_item_kind(net.label) == "network" else "network interface"
+            raise ValueError(f"{what} {net.label} cannot carry the job: {why[net.label]}")
     for variable, selection in selections.items():
         if selection:
             check_layer(variable, layers[variable], *selection, why)
-    if named:
-        return Choice(list(named), True, {})
-    chosen = [name for name in addressed if why[name] is None]
-    rejected = {name: why[name] for name in addressed if why[name]}
-    if not chosen:
-        raise NoSharedInterface("no network interface connects every node: "
-                         + "; ".join(f"{name}: {reason}" for name, reason in rejected.items()))
-    return Choice(chosen, False, rejected)
+    passed = [net for net in chosen_from if why[net.label] is None]
+    rejected = {net.title: why[net.label] for net in chosen_from if why[net.label]}
+    if not passed:
+        raise NoSharedInterface("no network connects every node: " + "; ".join(
+            f"{title}: {reason}" for title, reason in rejected.items()))
+    return Choice(passed, bool(named), rejected)
 
 
 def main(argv: list[str]) -> int:
@@ -348,8 +447,6 @@ def main(argv: list[str]) -> int:
     print(__doc__.strip(), file=sys.stderr if argv not in (["-h"], ["--help"]) else sys.stdout)
     return 0 if argv in (["-h"], ["--help"]) else 2
 
-
-SOURCE = Path(__file__).resolve()  # run as a script on other hosts (python - list)
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

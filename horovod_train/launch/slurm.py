@@ -12,12 +12,14 @@ in turn:
 
     srun --ntasks 1 ... python TRAINER OPTIONS... --check-options
                                        the trainer's options, checked once
-    srun --ntasks-per-node 1 ... python network.py probe
-                                       the interface every node reaches every
+    srun --ntasks-per-node 1 ... python -m horovod_train.launch.network probe
+                                       the network every node reaches every
                                        other on (launch/network.py)
     srun --mpi=pmix --ntasks=4 ... python TRAINER OPTIONS...
-                                       the ranks, with that interface handed
-                                       to Open MPI, NCCL and Gloo
+                                       the ranks, with that network handed
+                                       to Open MPI (in CIDR form) and to each
+                                       rank, which names its own interface on
+                                       it to NCCL and Gloo
 
 HVT_LAUNCHER=horovodrun runs `horovodrun -np 4 -H a:2,b:2 --gloo` from the
 first node instead, its ranks on the other nodes started over ssh: for
@@ -28,9 +30,11 @@ Settings, from the environment (`sbatch --export`, or exported before sbatch):
     HVT_LAUNCHER      srun (default): the ranks are Slurm tasks;
                       horovodrun: horovodrun over ssh from the first node
     HVT_NETWORK_INTERFACE
-                      the interface(s) the ranks use (eth0, or ib0,eth0),
-                      checked on every node first; default: chosen by the
-                      probe (srun), or by horovodrun's own probe
+                      the network(s) the ranks use: interface names (eth0,
+                      or ib0,eth0), each node's own (a:eth0,b:ens5), or a
+                      network in CIDR form (10.0.0.0/24; srun only), checked
+                      on every node first; default: chosen by the probe
+                      (srun), or by horovodrun's own probe
     HVT_NUM_PROC      ranks to start (default: every task of the job)
     HVT_RUNTIME   venv (default): the checkout's .venv on every node;
                       apptainer: `apptainer exec` of HVT_IMAGE (a .sif file
@@ -63,6 +67,7 @@ nodes, only a python3.
 """
 
 import argparse
+import ipaddress
 import json
 import os
 import re
@@ -94,7 +99,7 @@ STOP_GRACE_S = 20  # horovodrun's (or srun's) time to stop its ranks before it i
 CHECK_TIMEOUT_S = 600  # the trainer's option check: Pyxis may pull the image first
 
 MOUNT_ITEM = re.compile(r"^([^:,]+):(/[^:,]*)(:ro)?$")
-INTERFACE_NAME = re.compile(r"^[\w.:@-]{1,15}$")  # what Linux allows, less / and spaces
+INTERFACE_NAME = re.compile(r"^[\w.@-]{1,15}$")  # what Linux allows, less / : and spaces
 
 
 # --- the allocation -------------------------------------------------------------
@@ -178,7 +183,7 @@ class Settings:
     trainer: str
     resume: bool
     checkout: Path
-    interfaces: tuple[str, ...] = ()  # the user's, checked on every node; none: chosen
+    interfaces: tuple[str, ...] = ()  # HVT_NETWORK_INTERFACE's items, checked; none: chosen
     num_proc: int | None = None  # None: every task of the job
 
 
@@ -233,11 +238,7 @@ def make_settings(launcher: str = "srun", runtime: str = "venv", image: str | No
         port = int(ssh_port)
     elif container and over_ssh:
         port = IMAGE_SSH_PORT
-    names = tuple(name.strip() for name in (interfaces or "").split(",") if name.strip())
-    for name in names:
-        if not INTERFACE_NAME.match(name):
-            raise UserError(f"HVT_NETWORK_INTERFACE={interfaces}: {name!r} is not an "
-                            "interface name (want e.g. eth0, or ib0,eth0)")
+    names = network_items(interfaces, over_ssh)
     ranks = None
     if num_proc not in (None, ""):
         if not str(num_proc).isdigit() or int(num_proc) < 1:
@@ -251,6 +252,34 @@ def make_settings(launcher: str = "srun", runtime: str = "venv", image: str | No
     return Settings(launcher, runtime, image or None,
                     str(Path(keys).resolve()) if keys else None, mount_list, port,
                     trainer or DEFAULT_TRAINER, resume, checkout, names, ranks)
+
+
+def network_item_ok(item: str, kind: str) -> bool:
+    if kind == "network":
+        try:
+            ipaddress.IPv4Network(item)
+        except ValueError:
+            return False
+        return True
+    host, _, name = item.partition(":") if kind == "host" else ("", "", item)
+    return bool(INTERFACE_NAME.match(name)) and (kind == "name" or bool(host))
+
+
+def network_items(text: str | None, over_ssh: bool) -> tuple[str, ...]:
+    """HVT_NETWORK_INTERFACE's items: interface names, HOST:NAME items, or
+    IPv4 networks in CIDR form (srun's ranks only: horovodrun takes names)."""
+    items = tuple(item.strip() for item in (text or "").split(",") if item.strip())
+    for item in items:
+        kind = network.named_item_kind(item)
+        if not network_item_ok(item, kind):
+            raise UserError(f"HVT_NETWORK_INTERFACE={text}: {item!r} is not an interface name, "
+                            "HOST:NAME or an IPv4 network in CIDR form (want e.g. eth0, "
+                            "a:eth0,b:ens5 or 10.0.0.0/24)")
+        if over_ssh and kind != "name":
+            raise UserError(f"HVT_NETWORK_INTERFACE={text}: horovodrun takes interface names "
+                            f"only, not {item}: leave HVT_LAUNCHER unset, and srun starts the "
+                            "ranks")
+    return items
 
 
 def settings_from_env(env: dict) -> Settings:
@@ -347,11 +376,12 @@ def make_plan(allocation: Allocation, settings: Settings, trainer_args: list[str
     cwd = None if container else str(settings.checkout)
     check = srun_in_runtime(settings, ["--nodes=1", "--ntasks=1", "--mpi=none"],
                             [python, settings.trainer, *args, "--check-options"])
-    # Bare Python on every node: the batch step's (the venv's, at the same
-    # path on every node, or python3), the checkout's file.
+    # Outside any container: the batch step's Python (the venv's, at the
+    # same path on every node, or python3), the checkout's module.
     probe = ["srun", f"--nodes={len(allocation.nodes)}", f"--ntasks={len(allocation.nodes)}",
              "--ntasks-per-node=1", "--mpi=none", "--input=all",
-             sys.executable, str(network.SOURCE), "probe"]
+             f"--chdir={settings.checkout}", sys.executable, "-m",
+             "horovod_train.launch.network", "probe"]
     if settings.launcher == "srun":
         ranks = ["--mpi=pmix", "--kill-on-bad-exit=1",
                  f"--ntasks={rank_count(allocation, settings)}",
@@ -468,14 +498,21 @@ def layers_set(env: dict) -> dict[str, str]:
     return {name: env[name] for name in NETWORK_VARIABLES if name in env}
 
 
-def network_environment(interfaces: list[str], env: dict) -> dict[str, str]:
-    """The interfaces for every layer, but a layer whose own variable the
-    user set keeps it (an exclude list too: Open MPI refuses both)."""
-    values = {"HOROVOD_GLOO_IFACE": interfaces[0]}
-    chosen = {}
-    for name, others in NETWORK_VARIABLES.items():
-        if not any(var in env for var in (name, *others)):
-            chosen[name] = values.get(name, ",".join(interfaces))
+# Open MPI's, which take networks in CIDR form, the same on every node
+# whatever the interfaces are called there. Gloo and NCCL take names: each
+# rank finds its own host's on HVT_NETWORKS (core/runtime.py).
+CIDR_VARIABLES = ("OMPI_MCA_btl_tcp_if_include", "OMPI_MCA_oob_tcp_if_include")
+
+
+def network_environment(choice: network.Choice, env: dict) -> dict[str, str]:
+    """The chosen networks for the ranks: HVT_NETWORKS, and Open MPI's
+    variables, but one whose own variable the user set keeps it (an
+    exclude list too: Open MPI refuses both)."""
+    cidrs = ",".join(choice.cidrs)
+    chosen = {"HVT_NETWORKS": cidrs}
+    for name in CIDR_VARIABLES:
+        if not any(var in env for var in (name, *NETWORK_VARIABLES[name])):
+            chosen[name] = cidrs
     return chosen
 
 
@@ -539,7 +576,7 @@ def describe(allocation: Allocation, settings: Settings, plan: Plan,
     how = ("each a Slurm task (srun --mpi=pmix)" if settings.launcher == "srun"
            else "started by horovodrun over ssh")
     if choice:
-        net = f"{','.join(choice.interfaces)} ({'as set' if choice.named else 'chosen'})"
+        net = f"{choice.title} ({'as set' if choice.named else 'chosen'})"
     elif plan.probe:
         net = "chosen by the probe when the job runs"
     else:
@@ -577,7 +614,7 @@ def run_job(trainer_args: list[str], env: dict | None = None, settings: Settings
     choice = choose_network(plan, allocation, settings, kept) if plan.probe else None
     print(describe(allocation, settings, plan, choice, kept), flush=True)
     if settings.launcher == "srun":
-        env.update(network_environment(choice.interfaces, env))
+        env.update(network_environment(choice, env))
     started = time.monotonic()
     code = run_plan(plan, env)
     print(f"slurm: job {allocation.job_id}: {settings.launcher} exited {code} after "

@@ -6,6 +6,7 @@ training MNIST with its ranks as Slurm tasks (a job cancelled and resumed
 from its checkpoint) beside horovodrun over ssh, every bad input ending the
 job in one line, and a Submitit job requeued by its pre-timeout signal."""
 
+import contextlib
 import json
 import os
 import re
@@ -20,7 +21,8 @@ import pytest
 from conftest import BIN, REPO
 
 from horovod_train.core.errors import RunFailed, UserError
-from horovod_train.launch import slurm
+from horovod_train.core.interfaces import Interface
+from horovod_train.launch import network, slurm
 from horovod_train.launch.hosts import Host
 
 SBATCH_SCRIPT = REPO / "scripts" / "slurm" / "horovod.sbatch"
@@ -113,8 +115,14 @@ def keys(tmp_path) -> Path:
 
 
 PYTHON = f"{REPO}/.venv/bin/python"
-PROBE = ["srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--mpi=none", "--input=all",
-         sys.executable, str(REPO / "horovod_train" / "launch" / "network.py"), "probe"]
+def probe_step(checkout=REPO) -> list[str]:
+    """The network probe's step: the batch step's Python, in the checkout."""
+    return ["srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--mpi=none",
+            "--input=all", f"--chdir={checkout}", sys.executable, "-m",
+            "horovod_train.launch.network", "probe"]
+
+
+PROBE = probe_step()
 
 
 def test_srun_plan_checks_the_options_probes_the_network_then_starts_a_rank_per_task():
@@ -177,7 +185,8 @@ def test_srun_in_apptainer_runs_each_rank_in_the_image_without_sshd():
                          *container]
     assert plan.check == ["srun", "--nodes=1", "--ntasks=1", "--mpi=none", *container,
                           "--check-options"]
-    assert plan.cwd is None and plan.sshd is None and plan.probe == PROBE
+    assert plan.cwd is None and plan.sshd is None
+    assert plan.probe == probe_step("/srv/checkout")
 
 
 def test_srun_in_pyxis_gives_srun_the_container_options():
@@ -273,13 +282,22 @@ def test_bad_mount_is_refused():
         slurm.make_settings(runtime="pyxis", image="i", mounts="data")
 
 
-def test_a_layer_the_user_set_keeps_its_own_interface():
-    assert slurm.network_environment(["eth0", "ib0"], {}) == {
-        "HOROVOD_GLOO_IFACE": "eth0", "NCCL_SOCKET_IFNAME": "eth0,ib0",
-        "OMPI_MCA_btl_tcp_if_include": "eth0,ib0", "OMPI_MCA_oob_tcp_if_include": "eth0,ib0"}
+def test_open_mpi_and_the_ranks_get_the_networks_but_a_layer_the_user_set_keeps_its_own():
+    """Gloo's and NCCL's names are each rank's own (tests/single/test_network.py)."""
+    a, b = (Interface(name, True, False, address) for name, address in
+            (("eth0", "10.0.0.11/24"), ("ens5", "10.0.0.12/24")))
+    ib = [Interface("ib0", True, False, f"10.9.0.{n}/16") for n in (11, 12)]
+    choice = network.Choice([network.Network("10.0.0.0/24", {"a": a, "b": b}, True),
+                             network.Network("ib0", {"a": ib[0], "b": ib[1]}, False)],
+                            False, {})
+    assert slurm.network_environment(choice, {}) == {
+        "HVT_NETWORKS": "10.0.0.0/24,10.9.0.0/16",
+        "OMPI_MCA_btl_tcp_if_include": "10.0.0.0/24,10.9.0.0/16",
+        "OMPI_MCA_oob_tcp_if_include": "10.0.0.0/24,10.9.0.0/16"}
     mine = {"NCCL_SOCKET_IFNAME": "=ib0", "OMPI_MCA_btl_tcp_if_exclude": "lo,docker0"}
-    assert slurm.network_environment(["eth0"], mine) == {
-        "HOROVOD_GLOO_IFACE": "eth0", "OMPI_MCA_oob_tcp_if_include": "eth0"}
+    assert slurm.network_environment(choice, mine) == {
+        "HVT_NETWORKS": "10.0.0.0/24,10.9.0.0/16",
+        "OMPI_MCA_oob_tcp_if_include": "10.0.0.0/24,10.9.0.0/16"}
 
 
 # --- the batch script and submit.sh, without Slurm --------------------------------
@@ -335,10 +353,10 @@ def test_batch_script_dry_run_prints_the_container_commands(keys, launcher):
     lines = result.stdout.splitlines()
     how = ("each a Slurm task (srun --mpi=pmix)" if launcher == "srun"
            else "started by horovodrun over ssh")
-    network = "chosen by the probe when the job runs" if launcher == "srun" else \
+    net = "chosen by the probe when the job runs" if launcher == "srun" else \
         "horovodrun's probe"
     assert lines[0] == (f"slurm: job 42: 4 ranks on a:2,b:2, {how}, runtime apptainer; "
-                        f"network {network}")
+                        f"network {net}")
     assert f"slurm: check: {shlex.join(plan.check)}" in lines
     if launcher == "srun":
         assert f"slurm: probe: {shlex.join(plan.probe)}" in lines
@@ -513,6 +531,36 @@ def test_sshd_wait_returns_when_the_hosts_answer_and_fails_when_the_step_dies(de
         slurm.wait_for_sshd(addresses, 1, dead, timeout_s=30)
 
 
+def cluster_subnet(layout: dict) -> str:
+    """The emulated hosts' network, eth0's, in CIDR form."""
+    return layout["hosts"]["a"].rsplit(".", 1)[0] + ".0/24"
+
+
+@contextlib.contextmanager
+def interface_renamed(host: str, old: str, new: str):
+    """An emulated host's interface under another name for a block, as on
+    nodes whose interface names differ (down, renamed, up: its address and
+    routes come back with it); its own name back afterwards, also when the
+    block fails."""
+    def rename(before: str, after: str) -> None:
+        for args in (["set", before, "down"], ["set", before, "name", after],
+                     ["set", after, "up"]):
+            subprocess.run(["ip", "-n", f"hvt-{host}", "link", *args], check=True,
+                           capture_output=True, timeout=30)
+        deadline = time.monotonic() + 10
+        while "LOWER_UP" not in subprocess.run(
+                ["ip", "-n", f"hvt-{host}", "-j", "link", "show", after], capture_output=True,
+                text=True, timeout=30).stdout:
+            assert time.monotonic() < deadline, f"{host}'s {after} has no carrier"
+            time.sleep(0.1)
+
+    rename(old, new)
+    try:
+        yield
+    finally:
+        rename(new, old)
+
+
 def run_until_cancelled(local_slurm: LocalSlurm, log_dir: Path, run: Path, mnist_dir: Path,
                         **variables: str) -> dict:
     """A 3-epoch job, cancelled 2 s into epoch 2: how its ranks on b were
@@ -586,11 +634,13 @@ def test_srun_ranks_are_slurm_tasks_that_scancel_ends_at_once_and_train_as_well_
         local_slurm, decoy_cluster, mnist_dir, tmp_path):
     """Both launchers side by side, on hosts whose decoy interfaces mislead
     plain Open MPI: srun's job cancelled in epoch 2, then resumed to the
-    end; horovodrun's over ssh, from the first node, run to the end."""
+    end, with b's eth0 called ens5 (the network is chosen, not the name);
+    horovodrun's over ssh, from the first node, run to the end."""
     run = tmp_path / "srun"
-    cancelled = run_until_cancelled(local_slurm, tmp_path, run, mnist_dir)
-    job_id, log, summary = resume_to_the_end(local_slurm, tmp_path, run, mnist_dir,
-                                             cancelled["epochs_done"])
+    with interface_renamed("b", "eth0", "ens5"):
+        cancelled = run_until_cancelled(local_slurm, tmp_path, run, mnist_dir)
+        job_id, log, summary = resume_to_the_end(local_slurm, tmp_path, run, mnist_dir,
+                                                 cancelled["epochs_done"])
     srun = {**cancelled, "resumed_job": job_id, "log": log, "summary": summary}
     ssh = run_to_the_end(local_slurm, tmp_path, tmp_path / "horovodrun", mnist_dir, **OVER_SSH)
     measured("srun: after scancel, the last rank on b gone (s)", cancelled["b_gone_s"])
@@ -603,18 +653,22 @@ def test_srun_ranks_are_slurm_tasks_that_scancel_ends_at_once_and_train_as_well_
     assert srun["parents"] == {"slurmstepd"}, srun["parents"]
     assert "slurmstepd" not in ssh["parents"] and ssh["parents"], ssh["parents"]
     assert srun["b_gone_s"] <= 5, srun
-    # The srun job's first lines: the ranks as tasks, and the one interface
-    # that joins the hosts, each decoy named with its reason.
+    # The srun job's first lines: the ranks as tasks, and the one network
+    # that joins the hosts, whatever each calls it, each decoy named with
+    # its reason.
     lines = srun["log"].splitlines()
     job = srun["resumed_job"]
     assert lines[0] == (f"slurm: job {job}: 4 ranks on a:2,b:2, each a Slurm task (srun "
-                        "--mpi=pmix), runtime venv; network eth0 (chosen)"), lines[:3]
-    assert lines[1].startswith("slurm: network: not lo: loopback; not docker0: the same address "
-                               "172.17.0.1 on a and b"), lines[1]
-    assert ("not mgmt0: on different subnets: a 192.168.201.11/24, b 192.168.202.12/24; "
-            "not eth1: a cannot reach b: ") in lines[1]
+                        f"--mpi=pmix), runtime venv; network {cluster_subnet(decoy_cluster)} on "
+                        "a eth0, b ens5 (chosen)"), lines[:3]
+    assert lines[1].startswith("slurm: network: not 127.0.0.0/8 on lo: loopback; not "
+                               "172.17.0.0/16 on docker0: the same address 172.17.0.1 on a and "
+                               "b"), lines[1]
+    assert "; not 192.168.200.0/24 on eth1: a cannot reach b (eth1): " in lines[1], lines[1]
+    assert lines[1].endswith("; not mgmt0: a cannot reach b: 192.168.202.12: Network is "
+                             "unreachable"), lines[1]
     assert srun["summary"]["controller"] == "mpi"
-    assert srun["summary"]["network_interface"] == "eth0"
+    assert srun["summary"]["network_interface"] == "eth0"  # rank 0's, on a
     assert ssh["summary"]["controller"] == "gloo"
     assert ssh["summary"]["network_interface"] == "eth0"
     # The same training whichever starts the ranks (Gloo's and MPI's sums
@@ -666,8 +720,8 @@ def test_a_job_with_bad_input_ends_in_one_line_before_any_rank_starts(
                       "172.17.0.1 on a and b (a network local to each host, such as Docker's "
                       "bridge)"),
         "layer": ({"NCCL_SOCKET_IFNAME": "mgmt"},
-                  "NCCL_SOCKET_IFNAME=mgmt: no interface it selects can carry the job: mgmt0: on "
-                  "different subnets: a 192.168.201.11/24, b 192.168.202.12/24"),
+                  "NCCL_SOCKET_IFNAME=mgmt: no interface it selects can carry the job: mgmt0: a "
+                  "cannot reach b: 192.168.202.12: Network is unreachable"),
     }[case]
     extra = {"option": ["--epochs", "x"], "elastic": ["--elastic"]}.get(case, [])
     job_id = local_slurm.sbatch(tmp_path, [*args, *extra], **variables)
@@ -718,7 +772,7 @@ def test_submitit_job_trains_and_resumes_after_its_pre_timeout_signal(
     assert "Caught signal SIGUSR2" in text and "Calling checkpoint method" in text, text[:3000]
     assert f"Requeued job {job_id}" in text
     assert f"slurm: job {job_id}: 4 ranks on a:2,b:2, each a Slurm task" in text
-    assert ", restart 1; network eth0 (chosen)" in text
+    assert f", restart 1; network {cluster_subnet(decoy_cluster)} on eth0 (chosen)" in text
     resumed = re.search(r"resuming after epoch (\d+)", text)
     assert resumed and int(resumed[1]) >= 1, text[-3000:]
     summary = json.loads((run / "summary.json").read_text())

@@ -1,22 +1,28 @@
 """The network the ranks share (horovod_train/launch/network.py): the rules
-that choose an interface, and a layer's own variable checked as that layer
-reads it. This machine's interfaces are test_network_run.py's; what
-horovodrun and the launch check do on hosts with decoy interfaces,
-test_network_cluster.py's; srun's probe, tests/cluster/test_slurm.py's."""
+that choose networks from the nodes' interface tables (what the probe's
+connections found given as a table too), the networks a user names, a
+layer's own variable checked as that layer reads it, and each rank's own
+interface names on the chosen networks (core/runtime.py). This machine's
+interfaces are test_network_run.py's; what horovodrun and the launch check
+do on hosts with decoy interfaces, test_network_cluster.py's; srun's probe
+on real nodes, tests/cluster/test_slurm.py's."""
 
 
 import pytest
+from conftest import REPO
 
-from horovod_train.launch import network
-from horovod_train.launch.network import Interface
+from horovod_train.core import runtime
+from horovod_train.core.errors import UserError
+from horovod_train.core.interfaces import Interface, names_on, parse_networks
+from horovod_train.launch import network, slurm
 
 
 def host(*interfaces: Interface) -> list[Interface]:
     return [Interface("lo", True, True, "127.0.0.1/8"), *interfaces]
 
 
-def eth(name: str, address: str | None, up: bool = True) -> Interface:
-    return Interface(name, up, False, address)
+def eth(name: str, address: str | None, up: bool = True, ipv6: bool = False) -> Interface:
+    return Interface(name, up, False, address, ipv6)
 
 
 TWO_HOSTS = {
@@ -48,17 +54,6 @@ def test_on_one_host_loopback_is_the_network():
     assert network.problem("lo", {"a": TWO_HOSTS["a"]}) is None
 
 
-def test_verdicts_keep_the_first_hosts_order_and_say_why_not():
-    third = {"c": host(eth("eth0", "10.0.0.13/24"), eth("docker0", "172.17.0.1/16"),
-                       eth("ens5", "10.1.0.13/24"))}
-    why = network.verdicts({**TWO_HOSTS, **third})
-    # Names with an address somewhere; veth9 has none anywhere.
-    assert list(why) == ["lo", "eth0", "docker0", "mgmt0", "ib0", "eth2", "ens5"]
-    assert [name for name, reason in why.items() if reason is None] == ["eth0"]
-    assert why["ens5"] == "missing on a, b"
-    assert why["docker0"].startswith("the same address 172.17.0.1 on a and b and c")
-
-
 def test_a_named_interface_is_checked_with_the_same_rules():
     network.check_named(["eth0"], TWO_HOSTS)
     with pytest.raises(ValueError, match="^network interface docker0 cannot carry the job: "
@@ -80,6 +75,119 @@ def test_a_layers_own_variable_selects_as_that_layer_reads_it(variable, value, s
     assert network.layer_selection(variable, value, KNOWN) == selection
 
 
+
+# What connecting found, for decide(): every address answers but those of
+# the networks named, as on hosts with no route between them.
+def reachable_except(*labels: str):
+    def connect(addresses):
+        return [(node, label, peer, f"{addresses[label][peer]}: Network is unreachable")
+                for label in labels if label in addresses
+                for node in addresses[label] for peer in addresses[label] if peer != node]
+    return connect
+
+
+def everything_answers(addresses):
+    return []
+
+
+def test_candidates_are_subnets_every_node_is_on_then_the_rest_by_name():
+    assert network.table_verdicts(TWO_HOSTS) == {
+        "127.0.0.0/8 on lo": "loopback",
+        "10.0.0.0/24 on eth0": None,
+        "172.17.0.0/16 on docker0": "the same address 172.17.0.1 on a and b (a network local "
+                                    "to each host, such as Docker's bridge)",
+        "10.5.0.0/24 on eth2": "down on a (eth2)",
+        # Interfaces on a subnet not every node has: by name, for the connect test.
+        "mgmt0": None,
+        "ib0": "missing on b",
+    }
+
+
+def test_the_connect_test_decides_and_every_other_candidate_says_why_not():
+    choice = network.decide(TWO_HOSTS, reachable_except("mgmt0"))
+    assert [net.title for net in choice.networks] == ["10.0.0.0/24 on eth0"]
+    assert choice.cidrs == ["10.0.0.0/24"] and not choice.named
+    assert choice.rejected == {
+        "127.0.0.0/8 on lo": "loopback",
+        "172.17.0.0/16 on docker0": "the same address 172.17.0.1 on a and b (a network local "
+                                    "to each host, such as Docker's bridge)",
+        "10.5.0.0/24 on eth2": "down on a (eth2)",
+        "mgmt0": "a cannot reach b: 192.168.2.12: Network is unreachable",
+        "ib0": "missing on b",
+    }
+
+
+RENAMED = {"a": host(eth("eth0", "10.0.0.11/24")), "b": host(eth("ens5", "10.0.0.12/24"))}
+
+
+def test_a_network_is_chosen_whatever_each_node_calls_its_interface():
+    choice = network.decide(RENAMED, everything_answers)
+    assert choice.title == "10.0.0.0/24 on a eth0, b ens5"
+    assert choice.cidrs == ["10.0.0.0/24"]
+    assert choice.rejected == {"127.0.0.0/8 on lo": "loopback"}  # not "eth0: missing on b"
+
+
+def test_routed_hosts_share_an_interface_name_and_get_each_ones_subnet():
+    routed = {"a": host(eth("eth0", "10.1.0.11/24")), "b": host(eth("eth0", "10.2.0.12/24"))}
+    choice = network.decide(routed, everything_answers)
+    assert choice.title == "eth0" and choice.cidrs == ["10.1.0.0/24", "10.2.0.0/24"]
+    with pytest.raises(network.NoSharedInterface) as error:
+        network.decide(routed, reachable_except("eth0"))
+    assert str(error.value) == ("no network connects every node: 127.0.0.0/8 on lo: loopback; "
+                                "eth0: a cannot reach b: 10.2.0.12: Network is unreachable")
+
+
+def test_a_subnet_that_fails_to_connect_names_the_peers_interface():
+    with pytest.raises(network.NoSharedInterface, match=r"; 10\.0\.0\.0/24 on a eth0, b ens5: "
+                                                        r"a cannot reach b \(ens5\): 10\.0\.0\.12"):
+        network.decide(RENAMED, reachable_except("10.0.0.0/24"))
+
+
+def test_an_ipv6_only_interface_is_named_among_those_left_out():
+    hosts = {name: host(eth("eth0", f"10.0.0.1{i}/24"), eth("ib0", None, ipv6=True),
+                        eth("veth9", None))
+             for i, name in enumerate("ab")}
+    choice = network.decide(hosts, everything_answers)
+    assert choice.rejected["ib0"] == "IPv6 only (the job uses IPv4) on a, b"
+    assert "veth9" not in choice.rejected  # no address of either kind: nothing to say
+
+
+@pytest.mark.parametrize("named, title", [
+    (["a:eth0", "b:ens5"], "a:eth0,b:ens5"),
+    (["10.0.0.0/24"], "10.0.0.0/24 on a eth0, b ens5"),
+])
+def test_a_named_network_is_checked_by_connecting_and_kept(named, title):
+    choice = network.decide(RENAMED, everything_answers, named)
+    assert choice.named and choice.title == title and choice.cidrs == ["10.0.0.0/24"]
+
+
+@pytest.mark.parametrize("named, connect, message", [
+    (["eth0"], everything_answers, "network interface eth0 cannot carry the job: missing on b"),
+    (["a:eth0", "b:ens5"], reachable_except("a:eth0,b:ens5"),
+     "network interface a:eth0,b:ens5 cannot carry the job: a cannot reach b (ens5): "
+     "10.0.0.12: Network is unreachable"),
+    (["10.0.0.0/24"], reachable_except("10.0.0.0/24"),
+     "network 10.0.0.0/24 cannot carry the job: a cannot reach b (ens5): 10.0.0.12: Network "
+     "is unreachable"),
+    (["10.9.0.0/16"], everything_answers, "network 10.9.0.0/16 cannot carry the job: missing "
+                                          "on a, b"),
+    (["a:eth0", "c:eth0"], everything_answers,
+     "network interface a:eth0,c:eth0: c is not a node of the job (a, b)"),
+    (["a:eth0"], everything_answers, "network interface a:eth0 names none for b"),
+])
+def test_a_named_network_that_cannot_carry_the_job_is_one_line(named, connect, message):
+    with pytest.raises(ValueError) as error:
+        network.decide(RENAMED, connect, named)
+    assert str(error.value) == message
+
+
+def test_a_named_network_down_on_one_node_names_that_node_and_its_interface():
+    down = {"a": RENAMED["a"], "b": host(eth("ens5", "10.0.0.12/24", up=False))}
+    with pytest.raises(ValueError, match=r"^network 10\.0\.0\.0/24 cannot carry the job: "
+                                         r"down on b \(ens5\)$"):
+        network.decide(down, everything_answers, ["10.0.0.0/24"])
+
+
 @pytest.mark.parametrize("variable, value, message", [
     ("NCCL_SOCKET_IFNAME", "eth", None),
     ("HOROVOD_GLOO_IFACE", "ib0", "HOROVOD_GLOO_IFACE=ib0: network interface ib0 cannot carry "
@@ -88,17 +196,76 @@ def test_a_layers_own_variable_selects_as_that_layer_reads_it(variable, value, s
                                                  "network interface eth2 cannot carry the job: "
                                                  "down on a"),
     ("NCCL_SOCKET_IFNAME", "mgmt", "NCCL_SOCKET_IFNAME=mgmt: no interface it selects can carry "
-                                   "the job: mgmt0: on different subnets: a 192.168.1.11/24, "
-                                   "b 192.168.2.12/24"),
+                                   "the job: mgmt0: a cannot reach b: 192.168.2.12: Network is "
+                                   "unreachable"),
     ("NCCL_SOCKET_IFNAME", "ens", "NCCL_SOCKET_IFNAME=ens: no interface it selects can carry "
                                   "the job: no node has one"),
 ])
 def test_a_layers_own_variable_that_cannot_carry_the_job_is_one_line(variable, value, message):
-    why = network.verdicts(TWO_HOSTS)
-    names, every = network.layer_selection(variable, value, KNOWN)
+    layers = {variable: value}
     if message is None:
-        network.check_layer(variable, value, names, every, why)
+        assert network.decide(TWO_HOSTS, reachable_except("mgmt0"), layers=layers).cidrs == [
+            "10.0.0.0/24"]
         return
     with pytest.raises(ValueError) as error:
-        network.check_layer(variable, value, names, every, why)
+        network.decide(TWO_HOSTS, reachable_except("mgmt0"), layers=layers)
     assert str(error.value) == message
+
+
+# --- HVT_NETWORK_INTERFACE as the job reads it ----------------------------------
+
+@pytest.mark.parametrize("text, items", [
+    ("eth0", ("eth0",)),
+    ("ib0, eth0", ("ib0", "eth0")),
+    ("a:eth0,b:ens5", ("a:eth0", "b:ens5")),
+    ("10.213.0.0/24", ("10.213.0.0/24",)),
+])
+def test_network_interface_takes_names_per_host_names_and_networks(text, items):
+    assert slurm.make_settings(checkout=REPO, interfaces=text).interfaces == items
+
+
+@pytest.mark.parametrize("launcher, text, message", [
+    ("srun", ":eth0", "HVT_NETWORK_INTERFACE=:eth0: ':eth0' is not an interface name, "
+                      "HOST:NAME or an IPv4 network in CIDR form (want e.g. eth0, a:eth0,b:ens5 "
+                      "or 10.0.0.0/24)"),
+    ("srun", "10.213.0.11/24", "'10.213.0.11/24' is not an interface name"),
+    ("srun", "a:b:c", "'a:b:c' is not an interface name"),
+    ("horovodrun", "10.213.0.0/24", "HVT_NETWORK_INTERFACE=10.213.0.0/24: horovodrun takes "
+                                    "interface names only, not 10.213.0.0/24"),
+    ("horovodrun", "a:eth0,b:ens5", "horovodrun takes interface names only, not a:eth0"),
+])
+def test_a_network_interface_the_job_cannot_read_is_one_error(launcher, text, message):
+    with pytest.raises(UserError) as error:
+        slurm.make_settings(launcher=launcher, checkout=REPO, interfaces=text)
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+# --- each rank's own names on the chosen networks -------------------------------
+
+A_HOST = [Interface("lo", True, True, "127.0.0.1/8"), eth("eth0", "10.0.0.11/24"),
+          eth("ib0", "10.9.0.11/16"), eth("eth1", "10.0.0.99/24")]
+
+
+def test_a_rank_names_its_own_interfaces_on_the_networks_in_their_order():
+    assert names_on(parse_networks("10.9.0.0/16,10.0.0.0/24"), A_HOST) == ["ib0", "eth0", "eth1"]
+    assert runtime.chosen_network_settings("10.9.0.0/16,10.0.0.0/24", A_HOST, "a") == {
+        "HOROVOD_GLOO_IFACE": "ib0", "NCCL_SOCKET_IFNAME": "=ib0,eth0,eth1"}
+    renamed_b = [Interface("lo", True, True, "127.0.0.1/8"), eth("ens5", "10.0.0.12/24")]
+    assert runtime.chosen_network_settings("10.0.0.0/24", renamed_b, "b") == {
+        "HOROVOD_GLOO_IFACE": "ens5", "NCCL_SOCKET_IFNAME": "=ens5"}
+
+
+@pytest.mark.parametrize("text, message", [
+    ("192.168.0.0/16", "HVT_NETWORKS=192.168.0.0/16: no interface of a has an address on it"),
+    ("eth0", "HVT_NETWORKS=eth0: 'eth0' is not an IPv4 network in CIDR form (e.g. 10.0.0.0/24)"),
+])
+def test_networks_a_rank_cannot_use_are_one_error(text, message):
+    with pytest.raises(UserError) as error:
+        runtime.chosen_network_settings(text, A_HOST, "a")
+    assert str(error.value) == message
+
+
+def test_a_rank_reports_open_mpis_networks_as_its_own_interface_names():
+    assert runtime.interface_names("10.0.0.0/24", A_HOST) == "eth0,eth1"
+    assert runtime.interface_names("eth0,ib0", A_HOST) == "eth0,ib0"
+    assert runtime.interface_names(None, A_HOST) is None
