@@ -245,13 +245,15 @@ def test_the_image_with_the_code_runs_the_two_host_command_with_nothing_mounted(
         subprocess.run(on_host(host, ["sh", "-c", "mkdir -p /data && tar -x -C /data"]),
                        input=digits, capture_output=True, check=True, timeout=120)
     assert set(run_on("a", "ls", "-A", "/workspace").stdout.split()) == APP_FILES
-    # From / : python -c puts its working directory, /workspace, first on sys.path.
-    installed = run_on("a", "sh", "-c",
-                       "cd / && python -c 'import horovod_train; print(horovod_train.__file__)'")
+    # The installed package, apart from the copy at /workspace that the image's
+    # PYTHONPATH (and python -c's working directory) put first: from /, without it.
+    installed = run_on("a", "sh", "-c", "cd / && env -u PYTHONPATH python -c "
+                       "'import horovod_train; print(horovod_train.__file__)'")
     assert installed.stdout.startswith("/opt/venv/lib/python3.11/site-packages/horovod_train/")
     # The installed launcher carries Open MPI's settings (package data).
-    settings = run_on("a", "sh", "-c", "cd / && python -c 'from horovod_train.launch import "
-                      "horovodrun; print(horovodrun.mpi_settings_environment())'")
+    settings = run_on("a", "sh", "-c", "cd / && env -u PYTHONPATH python -c 'from "
+                      "horovod_train.launch import horovodrun; "
+                      "print(horovodrun.mpi_settings_environment())'")
     assert "OMPI_MCA_oob_tcp_keepalive_time" in settings.stdout, settings.stderr
     result = run_on("a", "horovodrun", "-np", "4", "-H", "a:2,b:2", "-p", "12345", "python",
                     "horovod_train/pytorch_mnist.py", "--data-dir", "/data", "--no-download",
