@@ -319,9 +319,9 @@ def check_reachable(hosts: list[str], port: int | None, identity: str | None,
 
 
 def interfaces_on(host: str, port: int | None, identity: str | None) -> list[network.Interface]:
-    """The host's interfaces, read there by launch/network.py, sent over ssh
-    to the Python at this one's path (horovodrun runs its own probe there
-    the same way)."""
+    """The host's interfaces, read there by core/interfaces.py, sent over
+    ssh to the Python at this one's path (horovodrun runs its own probe
+    there the same way)."""
     if runs_here(host, ssh_target(host, port)):
         return network.local_interfaces()
     command = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}",

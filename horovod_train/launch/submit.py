@@ -157,8 +157,10 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     run.add_argument("--launcher", choices=slurm.LAUNCHERS, default="srun",
                      help="srun: every rank a Slurm task (PMIx, no ssh); horovodrun: over "
                           "ssh from the first node, for elastic runs (default %(default)s)")
-    run.add_argument("--network-interface", default=None, metavar="IF[,IF]",
-                     help="the ranks' interface(s), checked on every node (default: chosen "
+    run.add_argument("--network-interface", default=None, metavar="NETWORK",
+                     help="the ranks' network, as HVT_NETWORK_INTERFACE takes it: interface "
+                          "name(s), HOST:NAME per host, or a network in CIDR form (srun "
+                          "only); checked by connecting from every node (default: chosen "
                           "by probing the nodes)")
     run.add_argument("--num-proc", default=None, help="ranks (default: every task of the job)")
     run.add_argument("--runtime", choices=slurm.RUNTIMES, default="venv")
