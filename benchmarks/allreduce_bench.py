@@ -47,6 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.machine import machine_record
 from horovod_train.core import console, runtime
 from horovod_train.core.atomic import atomic_write_bytes
 from horovod_train.core.errors import ArgumentParser, RunFailed, UserError, print_error, run_main
@@ -493,7 +494,6 @@ def benchmark(args, ranks: Ranks) -> None:
             console.say(f"{format_table(results, args.link_gbit)}\n"
                         f"{format_summary(record['summary'])}")
         if args.json is not None:
-            from benchmarks.machine import machine_record
 
             payload = (json.dumps({**record, "machine": machine_record()}, indent=2)
                        + "\n").encode()

@@ -16,6 +16,7 @@ import sys
 from datetime import timedelta
 from pathlib import Path
 
+from benchmarks.machine import machine_record
 from horovod_train.core import options
 from horovod_train.core.errors import ArgumentParser, UserError, run_main
 from horovod_train.torch import options as torch_options
@@ -114,7 +115,6 @@ def main() -> int:
             "gradient_bytes": timed_steps.gradient_bytes(model, compressed=False),
         }, measures_allreduce=False)
         if rank == 0:
-            from benchmarks.machine import machine_record
 
             # The Horovod runs' benchmark.json is the product's: run_matrix
             # records the machine in its results.json for those.

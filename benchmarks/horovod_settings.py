@@ -40,6 +40,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks import CHECKOUT
+from benchmarks.machine import machine_record
 from horovod_train.core import options
 from horovod_train.core.atomic import atomic_write_json
 from horovod_train.core.errors import ArgumentParser, RunFailed, run_main
@@ -147,7 +148,6 @@ def main() -> int:
               f"{row['allreduce_time_s'] * 1e3:.2f} ms, {row['ratio_to_first']:.2f} of "
               f"{rows[0]['variant']}")
     if args.json:
-        from benchmarks.machine import machine_record
 
         atomic_write_json(args.json, {
             "benchmark": "horovod_settings", "machine": machine_record(),

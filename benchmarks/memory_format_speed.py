@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from benchmarks.machine import machine_record
 from horovod_train.core import options
 from horovod_train.core.atomic import atomic_write_json
 from horovod_train.core.errors import ArgumentParser, run_main
@@ -94,7 +95,6 @@ def main() -> int:
     args = parse_args(sys.argv[1:])
     rows = measure(args)
     if args.json:
-        from benchmarks.machine import machine_record
 
         atomic_write_json(args.json, {
             "machine": machine_record(),

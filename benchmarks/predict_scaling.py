@@ -41,6 +41,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from benchmarks.machine import machine_record
 from horovod_train.core.atomic import atomic_write_bytes, atomic_write_json
 from horovod_train.core.errors import ArgumentParser, UserError, run_main
 from horovod_train.core.options import non_negative_float, positive_float
@@ -444,7 +445,6 @@ def main(argv: list[str]) -> int:
     if args.markdown is not None:
         atomic_write_bytes(args.markdown, text.encode())
     if args.json is not None:
-        from benchmarks.machine import machine_record  # where and from which commit
 
         atomic_write_json(args.json, {**report, "machine": machine_record()})
     return 0

@@ -45,6 +45,7 @@ import time
 from pathlib import Path
 
 from benchmarks import CHECKOUT
+from benchmarks.machine import machine_record
 from horovod_train.core import mnist, options
 from horovod_train.core.atomic import atomic_write_json
 from horovod_train.core.errors import ArgumentParser, RunFailed, UserError, run_main
@@ -336,7 +337,6 @@ def main() -> int:
     }
     print(format_record(record), flush=True)
     if args.json:
-        from benchmarks.machine import machine_record
 
         atomic_write_json(args.json, {**record, "machine": machine_record()})
     return 0 if reached else 1

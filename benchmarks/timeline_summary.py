@@ -23,6 +23,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from benchmarks.machine import machine_record
 from horovod_train.core import options
 from horovod_train.core.atomic import atomic_write_json
 from horovod_train.core.errors import ArgumentParser, UserError, run_main
@@ -109,7 +110,6 @@ def main() -> int:
               f"{summary['allreduce_responses']} fused operations "
               f"({summary['tensors_per_response']:.1f} tensors each)")
     if args.json:
-        from benchmarks.machine import machine_record
 
         atomic_write_json(args.json, {"timeline": str(args.timeline), **summary,
                                       "machine": machine_record()})

@@ -24,6 +24,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from benchmarks.machine import machine_record
 from horovod_train.core import options
 from horovod_train.core.atomic import atomic_write_json
 from horovod_train.core.errors import ArgumentParser, UserError, run_main
@@ -102,7 +103,6 @@ def main() -> int:
     if rt.is_root:
         print(throughput.format_record(record), flush=True)
         if args.json:
-            from benchmarks.machine import machine_record
 
             atomic_write_json(args.json, {**record, "machine": machine_record()})
     return 0
