@@ -10,6 +10,7 @@ The tests are split by kind, a folder each, each runnable on its own
   cluster/   root: emulated hosts, the images run as hosts, Slurm, the soak
 A file sits in the folder of the heaviest test it holds."""
 
+import contextlib
 import functools
 import json
 import os
@@ -17,6 +18,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,9 +52,14 @@ def pytest_collection_modifyitems(items):
 
 
 def hosts_needed(item) -> int:
-    """0: plain hosts or none, 1: plain hosts with decoys, 2: an image's."""
+    """0: plain hosts or none, 1: plain hosts with decoys, 2: an image's,
+    3: routed hosts, 4: hosts with a second network."""
     names = set(item.fixturenames)
     params = getattr(item, "callspec", None)
+    if "routed_cluster" in names:
+        return 3
+    if "two_network_cluster" in names:
+        return 4
     if names & {"decoy_cluster", "local_slurm"}:
         return 1
     if (names & {"image_cluster", "app_image", "variant"}
@@ -175,6 +182,45 @@ def emulated():
 def cluster(emulated) -> dict:
     """Plain hosts a and b: network namespaces, sshd on 12345."""
     return emulated.ensure()
+
+
+@contextlib.contextmanager
+def interface_renamed(host: str, old: str, new: str):
+    """An emulated host's interface under another name for a block, as on
+    nodes whose interface names differ (down, renamed, up: its address and
+    routes come back with it); its own name back afterwards, also when the
+    block fails."""
+    def rename(before: str, after: str) -> None:
+        for args in (["set", before, "down"], ["set", before, "name", after],
+                     ["set", after, "up"]):
+            subprocess.run(["ip", "-n", f"hvt-{host}", "link", *args], check=True,
+                           capture_output=True, timeout=30)
+        deadline = time.monotonic() + 10
+        while "LOWER_UP" not in subprocess.run(
+                ["ip", "-n", f"hvt-{host}", "-j", "link", "show", after], capture_output=True,
+                text=True, timeout=30).stdout:
+            assert time.monotonic() < deadline, f"{host}'s {after} has no carrier"
+            time.sleep(0.1)
+
+    rename(old, new)
+    try:
+        yield
+    finally:
+        rename(new, old)
+
+
+@pytest.fixture
+def routed_cluster(emulated) -> dict:
+    """Plain hosts a and b on subnets of their own, joined by a router
+    namespace (emulate_cluster.sh up --routed)."""
+    return emulated.ensure("--routed")
+
+
+@pytest.fixture
+def two_network_cluster(emulated) -> dict:
+    """Plain hosts a and b on eth0 and on eth2, a second network limited to
+    20 Mbit/s each way (emulate_cluster.sh up --second-network 20mbit)."""
+    return emulated.ensure("--second-network", "20mbit")
 
 
 @pytest.fixture

@@ -1,24 +1,33 @@
-"""This host's network interfaces, read from the kernel, and the networks
-a job chose (IPv4 networks in CIDR form) turned into this host's interface
-names: each node may call the same network by a different name.
+"""This host's network interfaces, read from the kernel; the networks a
+job chose (IPv4 networks in CIDR form) turned into this host's interface
+names (each node may call the same network by a different name); and this
+host's part of the network probe (launch/network.py runs the job's part).
 
-    python interfaces.py list    this host's interfaces, as JSON
+    python interfaces.py list     this host's interfaces, as JSON
+    python interfaces.py probe [NODE]
+                                  this host's part of the probe (stdin, stdout)
 
-Standard library only, and runnable as a script under a bare python3
-(`python3 - list`, the source on stdin): the launchers read other hosts'
-interfaces with it (launch/network.py), and each rank reads its own host's
-at its start (core/runtime.py). IPv4 is read with the kernel's ioctls (one
-address per interface, the primary one); IPv6 only to say that an
-interface has it, from /proc/net/if_inet6.
+Standard library only, and runnable as a script under a bare python3 (the
+source on stdin, or as `python3 -c SOURCE probe` where stdin carries the
+probe's plan): the launchers read other hosts' interfaces with it, and each
+rank reads its own host's at its start (core/runtime.py). IPv4 is read with
+the kernel's ioctls (one address per interface, the primary one: secondary
+addresses are not candidates); IPv6 only to say that an interface has it,
+from /proc/net/if_inet6.
 """
 
+import contextlib
 import dataclasses
 import fcntl
 import ipaddress
 import json
+import os
 import socket
 import struct
 import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 # <linux/sockios.h> and <linux/if.h>
@@ -107,10 +116,119 @@ def names_on(networks: list[ipaddress.IPv4Network], interfaces: list[Interface])
     return names
 
 
-SOURCE = Path(__file__).resolve()  # run as a script on other hosts (python3 - list)
+# --- this host's part of the probe -------------------------------------------
+#
+# One task on each host, its stdin and stdout joined to the job's side
+# (launch/network.py: one srun step with --input=all, or one ssh per host).
+# Each task listens on a port of its own and says its node, port and
+# interfaces; the job answers with the addresses to try, and each task
+# connects to every other node's address on each candidate network, reads
+# the name of the node that answers, and reports what failed; the job may
+# then ask one node to time a few MB to another on each network that
+# passed; the job closes stdin and the tasks end.
+
+MEASURE_BYTES = 8 << 20  # a few MB: enough to tell 1 Gbit/s from 10, short on a slow one
+MEASURE_MAX_S = 1.0  # what a slow network may take: its rate shows by then
+CHUNK = 1 << 16
+
+
+def answer(conn: socket.socket, node: str) -> None:
+    """Say the node's name; then count what the peer sends until it stops
+    sending, and say how much (the measuring side's end mark)."""
+    with conn, contextlib.suppress(OSError):
+        conn.sendall(node.encode() + b"\n")
+        received = 0
+        while data := conn.recv(CHUNK):
+            received += len(data)
+        conn.sendall(f"{received}\n".encode())
+
+
+def answer_connections(listener: socket.socket, node: str) -> None:
+    while True:
+        conn, _ = listener.accept()
+        threading.Thread(target=answer, args=(conn, node), daemon=True).start()
+
+
+def reach(node: str, address: str, port: int, timeout_s: float) -> str | None:
+    """None when `node` answers at address:port, else what happened."""
+    try:
+        with socket.create_connection((address, port), timeout=timeout_s) as conn:
+            said = conn.makefile("rb").readline().decode(errors="replace").strip()
+    except TimeoutError:
+        return f"no answer from {address} within {timeout_s:g} s"
+    except OSError as err:
+        return f"{address}: {err.strerror or err}"
+    if said != node:
+        return f"{address} is {said or 'something else'} there, not {node}"
+    return None
+
+
+def measure(address: str, port: int, timeout_s: float) -> float | str:
+    """MB/s sent to address:port (up to MEASURE_BYTES, for at most about
+    MEASURE_MAX_S), counted when the peer says what it received; or what
+    went wrong."""
+    block = b"\0" * CHUNK
+    try:
+        with socket.create_connection((address, port), timeout=timeout_s) as conn:
+            reader = conn.makefile("rb")
+            reader.readline()  # the peer's name
+            started = time.monotonic()
+            sent = 0
+            while sent < MEASURE_BYTES and time.monotonic() - started < MEASURE_MAX_S:
+                conn.sendall(block)
+                sent += len(block)
+            conn.shutdown(socket.SHUT_WR)
+            received = int(reader.readline() or 0)
+            elapsed = time.monotonic() - started
+    except (OSError, ValueError) as err:
+        return f"measuring {address}: {err}"
+    return received / elapsed / 1e6 if received else f"measuring {address}: nothing arrived"
+
+
+def emit(message: dict) -> None:
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+
+def probe_task(node: str | None = None) -> int:
+    """This host's part, as `node` (the name the job knows it by: the host
+    list's, Slurm's, else the hostname)."""
+    node = node or os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    listener = socket.create_server(("0.0.0.0", 0), backlog=1024)
+    threading.Thread(target=answer_connections, args=(listener, node), daemon=True).start()
+    emit({"node": node, "port": listener.getsockname()[1],
+          "interfaces": [dataclasses.asdict(iface) for iface in local_interfaces()]})
+    for line in sys.stdin:  # until the job closes stdin: others may still connect here
+        plan = json.loads(line)
+        timeout_s = plan["connect_timeout_s"]
+        if "addresses" in plan:
+            targets = [(label, peer, address) for label, addresses in plan["addresses"].items()
+                       for peer, address in addresses.items() if peer != node]
+            # Every connection at once: a dead address costs its timeout once.
+            ports = [plan["ports"][peer] for _, peer, _ in targets]
+            with ThreadPoolExecutor(max_workers=max(1, len(targets))) as pool:
+                verdicts = list(pool.map(reach, [peer for _, peer, _ in targets],
+                                         [address for _, _, address in targets], ports,
+                                         [timeout_s] * len(targets)))
+            emit({"node": node, "failures": [
+                [label, peer, why] for (label, peer, _), why
+                in zip(targets, verdicts, strict=True) if why]})
+        elif "measure" in plan:
+            # One network after another: each gets the link to itself.
+            emit({"node": node, "speeds": {
+                label: measure(address, port, timeout_s)
+                for label, source, address, port in plan["measure"] if source == node}})
+    return 0
+
+
+# Run as a script on other hosts (python3 -c SOURCE probe), where it has no file.
+SOURCE = Path(__file__).resolve() if "__file__" in globals() else None
 
 if __name__ == "__main__":
-    if sys.argv[1:] != ["list"]:
-        print("usage: python3 interfaces.py list", file=sys.stderr)
+    if sys.argv[1:] == ["list"]:
+        print(json.dumps([dataclasses.asdict(iface) for iface in local_interfaces()]))
+    elif sys.argv[1:2] == ["probe"] and len(sys.argv) <= 3:
+        sys.exit(probe_task(*sys.argv[2:]))
+    else:
+        print("usage: python3 interfaces.py list | probe [NODE]", file=sys.stderr)
         sys.exit(2)
-    print(json.dumps([dataclasses.asdict(iface) for iface in local_interfaces()]))

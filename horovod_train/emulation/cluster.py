@@ -14,6 +14,7 @@ Two kinds of host:
 Run it through scripts/emulate_cluster.sh (needs root):
 
     up [--hosts a,b] [--image IMAGE [--mount SRC:DST[:ro]]...] [--decoys]
+       [--routed] [--second-network RATE]
                             create the hosts and start their sshd
     exec HOST -- CMD...     run CMD as if logged in on HOST (cwd and env kept
                             for plain hosts; the image's WORKDIR and ENV for
@@ -31,6 +32,11 @@ other and nothing else.
 
 --decoys gives every host, besides eth0 (the network that joins them), the
 interfaces that lead multi-host jobs astray on real hosts (DECOYS below).
+--routed puts every host after the first on a subnet of its own (the next
+/24), behind a router namespace, as racks or cloud subnets are. With
+--second-network RATE every host also has eth2, on a second bridge and
+subnet (the second octet plus one), limited to RATE each way (tc tbf): a
+slow network beside the fast one.
 """
 
 import argparse
@@ -50,6 +56,10 @@ REPO = Path(__file__).resolve().parents[2]  # the checkout
 SSHD_CONFIG = REPO / "docker" / "sshd_config"
 STATE_DIR = Path(os.environ.get("HVT_EMULATE_STATE_DIR", "/run/horovod-train-cluster"))
 BRIDGE = "hvtbr0"
+ROUTED_BRIDGE = "hvtbr1"  # --routed: the subnet of every host after the first
+SECOND_BRIDGE = "hvtbr2"  # --second-network
+ROUTER = "router"  # --routed: the namespace hvt-router joins the two subnets
+ROUTER_HOST_OCTET = 254
 NETNS_PREFIX = "hvt-"
 DEFAULT_SUBNET = "10.213.0"  # /24, private and unlikely to clash; HVT_EMULATE_SUBNET overrides
 SSH_PORT = 12345
@@ -125,15 +135,30 @@ def check_prerequisites(image: str | None) -> None:
                         "(scripts/setup.sh does)")
 
 
+def next_subnet(subnet: str, octet: int) -> str:
+    """"10.213.0" with its `octet`-th octet (1 or 2) plus one."""
+    parts = [int(part) for part in subnet.split(".")]
+    parts[octet] += 1
+    if parts[octet] > 255:
+        raise UserError(f"--subnet {subnet}: no room for the next subnet")
+    return ".".join(map(str, parts))
+
+
 def up(hosts: list[str], subnet: str, port: int, state: Path, image: str | None = None,
-       mounts: list[tuple[Path, str, bool]] = (), decoys: bool = False) -> dict:
+       mounts: list[tuple[Path, str, bool]] = (), decoys: bool = False, routed: bool = False,
+       second_network: str | None = None) -> dict:
     check_prerequisites(image)
+    if second_network:
+        parse_rate(second_network)
     down(state, quiet=True)
     state.mkdir(parents=True, mode=0o755)
-    addresses = {host: f"{subnet}.{11 + i}" for i, host in enumerate(hosts)}
+    routed_subnet = next_subnet(subnet, 2)
+    subnets = {host: routed_subnet if routed and i else subnet for i, host in enumerate(hosts)}
+    addresses = {host: f"{subnets[host]}.{11 + i}" for i, host in enumerate(hosts)}
     layout = {"hosts": addresses, "bridge": BRIDGE, "bridge_address": f"{subnet}.1",
               "port": port, "state_dir": str(state), "image": None,
-              "decoys": list(DECOYS) if decoys else []}
+              "decoys": list(DECOYS) if decoys else [], "routed": routed,
+              "second_network": second_network}
     (state / "cluster.json").write_text(json.dumps(layout, indent=2) + "\n")
 
     keys = state / "keys"
@@ -141,6 +166,8 @@ def up(hosts: list[str], subnet: str, port: int, state: Path, image: str | None 
     sh("ip", "link", "add", BRIDGE, "type", "bridge")
     sh("ip", "addr", "add", f"{subnet}.1/24", "dev", BRIDGE)
     sh("ip", "link", "set", BRIDGE, "up")
+    if routed:
+        add_router(subnet, routed_subnet)
     hosts_file = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
     hosts_file += f"{subnet}.1\tctl\n"
     hosts_file += "".join(f"{address}\t{host}\n" for host, address in addresses.items())
@@ -150,12 +177,20 @@ def up(hosts: list[str], subnet: str, port: int, state: Path, image: str | None 
         ns = netns(host)
         sh("ip", "netns", "add", ns)
         sh("ip", "link", "add", f"{ns}0", "type", "veth", "peer", "name", "eth0", "netns", ns)
-        sh("ip", "link", "set", f"{ns}0", "master", BRIDGE, "up")
+        on_own_subnet = subnets[host] != subnet
+        sh("ip", "link", "set", f"{ns}0", "master", ROUTED_BRIDGE if on_own_subnet else BRIDGE,
+           "up")
         sh("ip", "-n", ns, "addr", "add", f"{address}/24", "dev", "eth0")
         sh("ip", "-n", ns, "link", "set", "eth0", "up")
         sh("ip", "-n", ns, "link", "set", "lo", "up")
+        if routed:
+            other = subnet if on_own_subnet else routed_subnet
+            sh("ip", "-n", ns, "route", "add", f"{other}.0/24", "via",
+               f"{subnets[host]}.{ROUTER_HOST_OCTET}")
         if decoys:
             add_decoys(ns, index)
+        if second_network:
+            add_second_network(ns, index, next_subnet(subnet, 1), second_network)
 
     if image:
         layout["image"] = start_image_hosts(image, addresses, port, state, keys, mounts)
@@ -163,6 +198,35 @@ def up(hosts: list[str], subnet: str, port: int, state: Path, image: str | None 
         start_plain_hosts(addresses, port, state, keys)
     wait_for_ssh(list(addresses), state)
     return layout
+
+
+def add_router(subnet: str, routed_subnet: str) -> None:
+    """Namespace hvt-router, forwarding between the first subnet (on BRIDGE)
+    and the routed one (on ROUTED_BRIDGE); the controller's route to it."""
+    ns = netns(ROUTER)
+    sh("ip", "link", "add", ROUTED_BRIDGE, "type", "bridge")
+    sh("ip", "link", "set", ROUTED_BRIDGE, "up")
+    sh("ip", "netns", "add", ns)
+    for side, (bridge, net) in enumerate(((BRIDGE, subnet), (ROUTED_BRIDGE, routed_subnet))):
+        sh("ip", "link", "add", f"{ns}{side}", "type", "veth", "peer", "name", f"r{side}",
+           "netns", ns)
+        sh("ip", "link", "set", f"{ns}{side}", "master", bridge, "up")
+        sh("ip", "-n", ns, "addr", "add", f"{net}.{ROUTER_HOST_OCTET}/24", "dev", f"r{side}")
+        sh("ip", "-n", ns, "link", "set", f"r{side}", "up")
+    sh("ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1")
+    sh("ip", "route", "replace", f"{routed_subnet}.0/24", "via", f"{subnet}.{ROUTER_HOST_OCTET}")
+
+
+def add_second_network(ns: str, index: int, subnet: str, rate: str) -> None:
+    """eth2 in namespace `ns`, on SECOND_BRIDGE and `subnet`, at `rate`."""
+    if sh("ip", "link", "show", SECOND_BRIDGE, check=False, quiet=True).returncode != 0:
+        sh("ip", "link", "add", SECOND_BRIDGE, "type", "bridge")
+        sh("ip", "link", "set", SECOND_BRIDGE, "up")
+    sh("ip", "link", "add", f"{ns}2", "type", "veth", "peer", "name", "eth2", "netns", ns)
+    sh("ip", "link", "set", f"{ns}2", "master", SECOND_BRIDGE, "up")
+    sh("ip", "-n", ns, "addr", "add", f"{subnet}.{11 + index}/24", "dev", "eth2")
+    sh("ip", "-n", ns, "link", "set", "eth2", "up")
+    shape_host(ns, rate, None, device="eth2")
 
 
 def add_decoys(ns: str, index: int) -> None:
@@ -324,7 +388,8 @@ def down(state: Path, quiet: bool = False) -> None:
         # background, and its link would block the next `up` meanwhile.
         sh("ip", "link", "del", f"{ns}0", check=False)
         sh("ip", "netns", "del", ns, check=False)
-    sh("ip", "link", "del", BRIDGE, check=False)
+    for bridge in (BRIDGE, ROUTED_BRIDGE, SECOND_BRIDGE):
+        sh("ip", "link", "del", bridge, check=False, quiet=True)
     if state.exists():
         for root in sorted(state.glob("hosts/*/root")):
             sh("umount", "-R", "-l", str(root), check=False)
@@ -368,9 +433,9 @@ def shape(state: Path, rate: str | None, delay: str | None) -> None:
     (state / "cluster.json").write_text(json.dumps(layout, indent=2) + "\n")
 
 
-def shape_host(ns: str, rate: str | None, delay: str | None) -> None:
+def shape_host(ns: str, rate: str | None, delay: str | None, device: str = "eth0") -> None:
     if delay:
-        netem = ["tc", "-n", ns, "qdisc", "add", "dev", "eth0", "root", "handle", "1:",
+        netem = ["tc", "-n", ns, "qdisc", "add", "dev", device, "root", "handle", "1:",
                  "netem", "delay", delay, "limit", "100000"]
         result = sh(*netem, check=False)
         if result.returncode != 0:
@@ -382,7 +447,7 @@ def shape_host(ns: str, rate: str | None, delay: str | None) -> None:
         # worth of bytes at this rate; tbf drops anything larger.
         burst = max(256 * 1024, int(bits / 8 / 250))
         parent = ["parent", "1:1"] if delay else ["root"]
-        sh("tc", "-n", ns, "qdisc", "add", "dev", "eth0", *parent, "handle", "2:", "tbf",
+        sh("tc", "-n", ns, "qdisc", "add", "dev", device, *parent, "handle", "2:", "tbf",
            "rate", rate, "burst", str(burst), "latency", "50ms")
 
 
@@ -412,6 +477,12 @@ def main(argv: list[str]) -> int:
                             + "; ".join(f"{name}: {what}" for name, what in DECOYS.items()))
     start.add_argument("--mount", action="append", default=[], metavar="SRC:DST[:ro]",
                        help="with --image: bind a directory into every host")
+    start.add_argument("--routed", action="store_true",
+                       help="every host after the first on a subnet of its own, behind a "
+                            "router namespace")
+    start.add_argument("--second-network", default=None, metavar="RATE",
+                       help="every host also on eth2, a second network limited to RATE "
+                            "(e.g. 20mbit)")
     run = commands.add_parser("exec", help="run a command on one host")
     run.add_argument("host")
     run.add_argument("cmd", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
@@ -432,7 +503,7 @@ def main(argv: list[str]) -> int:
         # Checked before anything is set up.
         mounts = [parse_mount(m) for m in args.mount]
         layout = up(hosts, args.subnet, args.ssh_port, STATE_DIR, args.image, mounts,
-                    args.decoys)
+                    args.decoys, args.routed, args.second_network)
         print(f"emulate_cluster: up: {', '.join(f'{h}={a}' for h, a in layout['hosts'].items())}"
               f", sshd on port {layout['port']}; run commands with: "
               f"scripts/emulate_cluster.sh exec {hosts[0]} -- COMMAND")

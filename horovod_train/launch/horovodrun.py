@@ -13,12 +13,18 @@ checks, before anything starts:
     ssh_config) answers with SSH, and ssh logs in there in BatchMode, as
     horovodrun will; all hosts side by side, within about 40 s. This
     machine's names need no check;
-  - an interface named with --network-interface(s): on every host, up,
-    with an IPv4 address no other host has, all on one subnet (horovodrun
-    then skips its own probe and trusts the name).
+  - the network: with remote hosts, each host connects to every other on
+    each candidate network (launch/network.py, run over ssh); where
+    several join every host the fastest is chosen. A network named with
+    --network-interface(s) or HVT_NETWORK_INTERFACE (one setting, the same
+    on every path: interface names, HOST:NAME items, IPv4 networks in CIDR
+    form) is checked the same way. horovodrun gets the choice as
+    --network-interfaces (names where every host has them, else networks
+    in CIDR form) and skips its own probe.
 
-A problem is one line, `launch: error: ...`, and exit 2, before any process
-starts. Otherwise horovodrun replaces this process with the same arguments,
+A problem is one line, `launch: error: ...`, and exit 2, before any rank
+starts. The first line of a run says the network and why the others were
+left out. Otherwise horovodrun replaces this process with the same arguments,
 but for -hostfile FILE, which becomes -H with the hosts FILE lists:
 horovodrun's own hostfile reader fails on comments, blank lines and a host
 without slots=. The project's Open MPI settings (docker/openmpi-mca-params.conf:
@@ -35,7 +41,7 @@ import sys
 from pathlib import Path
 
 from horovod_train.core.errors import UserError, run_main
-from horovod_train.launch import hosts
+from horovod_train.launch import hosts, network
 
 
 def _usage_error(parser: argparse.ArgumentParser, message: str):
@@ -71,7 +77,8 @@ def planned_hosts(args: argparse.Namespace) -> tuple[list[hosts.Host], str]:
 
 
 def check(args: argparse.Namespace) -> list[hosts.Host] | None:
-    """The hosts of the launch, checked; None for an elastic run."""
+    """The hosts of the launch, checked (the network apart); None for an
+    elastic run."""
     if not args.command:
         raise UserError("no command to run: give it after horovodrun's options, "
                         "e.g. python horovod_train/pytorch_mnist.py")
@@ -81,9 +88,59 @@ def check(args: argparse.Namespace) -> list[hosts.Host] | None:
     hosts.check_process_count(args.num_proc, listed, origin)
     names = [host.name for host in listed]
     hosts.check_reachable(names, args.ssh_port, args.ssh_identity_file)
-    if args.nics:
-        hosts.check_interfaces(sorted(args.nics), names, args.ssh_port, args.ssh_identity_file)
     return listed
+
+
+def named_network(argv: list[str], command: list[str], env: dict) -> list[str] | None:
+    """The network the user named: --network-interface(s) (as written, in
+    order) or HVT_NETWORK_INTERFACE, which mean one thing; a UserError where
+    both are given and differ."""
+    flag = [value for _, value in nic_options(argv[:len(argv) - len(command)])]
+    from_flag = network.parse_named(",".join(flag), "--network-interface") if flag else None
+    from_env = network.parse_named(env.get("HVT_NETWORK_INTERFACE"))
+    if from_flag and from_env and from_flag != from_env:
+        raise UserError(f"--network-interface {','.join(from_flag)} and HVT_NETWORK_INTERFACE="
+                        f"{','.join(from_env)} disagree: give one")
+    return from_flag or from_env or None
+
+
+def nic_options(options: list[str]) -> list[tuple[int, str]]:
+    """Where --network-interface(s) are among horovodrun's options: the
+    index of each, and its value."""
+    found = []
+    for index, word in enumerate(options):
+        name, equals, value = word.partition("=")
+        if name in ("--network-interface", "--network-interfaces"):
+            found.append((index, value if equals else
+                          options[index + 1] if index + 1 < len(options) else ""))
+    return found
+
+
+def with_nics(argv: list[str], command: list[str], nics: str) -> list[str]:
+    """argv with the user's --network-interface(s) replaced by the probe's choice."""
+    options, rest = argv[:len(argv) - len(command)], argv[len(argv) - len(command):]
+    dropped = set()
+    for index, value in nic_options(options):
+        dropped.add(index)
+        if options[index] != f"{options[index].partition('=')[0]}={value}":
+            dropped.add(index + 1)
+    kept = [word for index, word in enumerate(options) if index not in dropped]
+    return ["--network-interfaces", nics, *kept, *rest]
+
+
+def choose_network(args: argparse.Namespace, argv: list[str], listed: list[hosts.Host],
+                   env: dict) -> list[str]:
+    """argv with the network for horovodrun, chosen or checked by the probe
+    where a host is remote; its first line printed."""
+    named = named_network(argv, args.command, env)
+    names = [host.name for host in listed]
+    if len(names) < 2 or all(hosts.is_local(name) for name in names):
+        return argv  # one host: horovodrun uses loopback
+    choice = hosts.choose_network(names, named, args.ssh_port, args.ssh_identity_file, env)
+    print(f"launch: network {choice.title} ({'as set' if choice.named else 'chosen'})"
+          + "".join(f"; not {title}: {why}" for title, why in choice.rejected.items()),
+          flush=True)
+    return with_nics(argv, args.command, choice.horovodrun_nics)
 
 
 # How horovodrun's parser can be given the hostfile: its two names, and the
@@ -117,14 +174,65 @@ def with_host_list(argv: list[str], command: list[str], listed: list[hosts.Host]
 MPI_SETTINGS = importlib.resources.files("horovod_train.launch") / "openmpi-mca-params.conf"
 
 
-def mpi_settings_environment(path=MPI_SETTINGS) -> dict[str, str]:
-    """The file's `name = value` lines as OMPI_MCA_name variables."""
+def read_mca_file(path) -> dict[str, str]:
+    """An Open MPI parameter file's `name = value` lines ({} where unreadable)."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return {}
     settings = {}
-    for line in path.read_text().splitlines():
+    for line in text.splitlines():
         name, equals, value = line.split("#", 1)[0].partition("=")
         if equals:
-            settings[f"OMPI_MCA_{name.strip()}"] = value.strip()
+            settings[name.strip()] = value.strip()
     return settings
+
+
+def mpi_settings_environment(path=MPI_SETTINGS) -> dict[str, str]:
+    """The file's `name = value` lines as OMPI_MCA_name variables."""
+    return {f"OMPI_MCA_{name}": value for name, value in read_mca_file(path).items()}
+
+
+# What horovodrun's mpirun puts on its command line for every rank (in the
+# project's Horovod: docker/env/patches/*-mpi-without-ofi-btl.patch). Ranks
+# that srun starts get them as variables, or each pays the OFI btl's start
+# and finish again.
+HOROVODRUN_MCA = {"pml": "ob1", "btl": "^openib,ofi"}
+
+
+def site_mca_files(env: dict) -> list[Path]:
+    """The parameter files Open MPI reads, as it looks for them: the
+    installation's (beside the mpirun on PATH; Debian's in /etc/openmpi)
+    and the user's, or those OMPI_MCA_mca_param_files names."""
+    named = env.get("OMPI_MCA_mca_param_files")
+    if named:
+        return [Path(item) for item in named.split(":") if item]
+    mpirun = shutil.which("mpirun", path=env.get("PATH"))
+    prefixes = [Path(mpirun).resolve().parent.parent] if mpirun else []
+    found = [prefix / "etc" / "openmpi-mca-params.conf" for prefix in prefixes]
+    found.append(Path("/etc/openmpi/openmpi-mca-params.conf"))
+    if env.get("HOME"):
+        found.append(Path(env["HOME"]) / ".openmpi" / "mca-params.conf")
+    return list(dict.fromkeys(found))
+
+
+def site_mca_settings(env: dict) -> dict[str, str]:
+    """What the site's parameter files set (the later file wins, as in Open MPI)."""
+    settings: dict[str, str] = {}
+    for path in reversed(site_mca_files(env)):
+        settings.update(read_mca_file(path))
+    return settings
+
+
+def rank_mpi_environment(env: dict) -> dict[str, str]:
+    """Open MPI settings for ranks started without mpirun (srun's): what
+    horovodrun's mpirun gives its ranks and the project's file, as
+    OMPI_MCA_* variables, where neither the environment nor the site's
+    parameter files set the parameter already."""
+    site = site_mca_settings(env)
+    wanted = {**HOROVODRUN_MCA, **read_mca_file(MPI_SETTINGS)}
+    return {f"OMPI_MCA_{name}": value for name, value in wanted.items()
+            if name not in site and f"OMPI_MCA_{name}" not in env}
 
 
 def horovodrun_path() -> str:
@@ -143,6 +251,8 @@ def main(argv: list[str]) -> int:
         return 0
     args = parse_horovodrun_args(argv)
     listed = check(args)
+    if listed:
+        argv = choose_network(args, argv, listed, dict(os.environ))
     if args.hostfile:
         argv = with_host_list(argv, args.command, listed)
     horovodrun = horovodrun_path()

@@ -24,8 +24,8 @@ then skips its own probe and trusts the name.
 Every problem is a UserError of one line that names the host, or the
 hostfile and line, and what is wrong."""
 
-import json
 import re
+import shlex
 import socket
 import subprocess
 import sys
@@ -318,36 +318,33 @@ def check_reachable(hosts: list[str], port: int | None, identity: str | None,
     first_problem(problems)
 
 
-def interfaces_on(host: str, port: int | None, identity: str | None) -> list[network.Interface]:
-    """The host's interfaces, read there by core/interfaces.py, sent over
-    ssh to the Python at this one's path (horovodrun runs its own probe
-    there the same way)."""
+def probe_command(host: str, port: int | None, identity: str | None) -> list[str]:
+    """The host's part of the network probe (core/interfaces.py, its source
+    sent whole, so that stdin carries the probe's plan) under the Python at
+    this one's path, as horovodrun runs its own probe there; over ssh
+    unless the host is this machine."""
+    source = network.SOURCE.read_text()
+    here = [sys.executable, "-c", source, "probe", host]
     if runs_here(host, ssh_target(host, port)):
-        return network.local_interfaces()
-    command = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}",
-               *(["-p", str(port)] if port else []), *(["-i", identity] if identity else []),
-               host, sys.executable, "-", "list"]
-    result = subprocess.run(command, input=network.SOURCE.read_text(), capture_output=True,
-                            text=True, timeout=SSH_TIMEOUT_S)
-    try:
-        return network.interfaces_from_json(json.loads(result.stdout))
-    except (ValueError, TypeError):
-        said = (result.stderr.strip().splitlines() or [f"exit {result.returncode}"])[-1]
-        raise UserError(f"cannot read the interfaces of host {host} ({sys.executable} "
-                        f"there): {said}") from None
+        return here
+    return ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}",
+            *(["-p", str(port)] if port else []), *(["-i", identity] if identity else []),
+            host, shlex.join(here)]
 
 
-def check_interfaces(names: list[str], hosts: list[str], port: int | None,
-                     identity: str | None) -> None:
-    """The interfaces the user named, on every host: one UserError for the
-    first that cannot carry the job."""
-    tables = on_every_host(lambda host: interfaces_on(host, port, identity), hosts)
-    first_problem([f"host {host}: no answer within {CHECK_DEADLINE_S:.0f} s" if host not in tables
-                   else tables[host].message for host in hosts
-                   if not isinstance(tables.get(host), list)])
+def choose_network(hosts: list[str], named: list[str] | None, port: int | None,
+                   identity: str | None, env: dict) -> network.Choice:
+    """The network probe over ssh (launch/network.py): the networks that
+    join every host, the fastest chosen, or the `named` ones checked; one
+    UserError for what cannot carry the job."""
     try:
-        network.check_named(names, tables)
-    except ValueError as err:
+        timeouts = network.ProbeTimeouts.from_env(env)
+        return network.choose([probe_command(host, port, identity) for host in hosts], hosts,
+                              named, None, timeouts)
+    except network.NoSharedInterface as err:
+        raise UserError(f"{err} (--network-interface or HVT_NETWORK_INTERFACE names one)") \
+            from None
+    except (ValueError, RuntimeError) as err:
         raise UserError(str(err)) from None
 
 

@@ -1,16 +1,15 @@
 """The network the ranks share: each node's interfaces, the IPv4 networks
-on which every node reaches every other, and the check of one a user names.
+on which every node reaches every other, the fastest of them, and the
+check of one a user names.
 
 Hosts with several interfaces are the usual cause of multi-host jobs that
 hang: a bridge local to each host (Docker's `docker0`, the same address on
-every host), a management network that only some hosts are on. Where
-horovodrun starts the ranks, its own probe chooses the interfaces (and the
-project's Horovod patch hands the choice to Open MPI's out-of-band channel
-too); an interface the user names is checked here first (check_named),
-because horovodrun then skips its probe and trusts the name. Where srun
-starts the ranks nobody probes, so the job chooses here, from what every
+every host), a management network that only some hosts are on, a slow
+second network beside the fast one. The job chooses here, from what every
 node reports, networks rather than names (a node's `eth0` may be another's
-`ens5`):
+`ens5`), on every path that starts ranks: srun's (launch/slurm.py) and
+scripts/launch.sh's (launch/horovodrun.py, which hands the choice to
+horovodrun):
 
   - the candidates: each IPv4 subnet on which every node has an interface,
     whatever its name there; and, for the interfaces on a subnet that not
@@ -21,41 +20,71 @@ node reports, networks rather than names (a node's `eth0` may be another's
     with more than one node, is not loopback;
   - then every node connects to every other node's address on it and
     checks that the node that answers is the one meant (a `docker0`
-    address reaches the host itself, not its peer): reachable is the rule.
+    address reaches the host itself, not its peer): reachable is the rule,
+    not equal subnets;
+  - where several pass, the first node times a few MB to the second on
+    each, and the fastest alone carries the job; the others are said with
+    their rates.
 
-The ranks get the choice as networks in CIDR form, the same on every node:
-Open MPI takes them so, and each rank turns them into its own host's
-interface names for Gloo and NCCL (core/interfaces.py, core/runtime.py).
+What the user names (HVT_NETWORK_INTERFACE, --network-interface) is
+checked the same way, by connecting, and used as named. The ranks get the
+choice as networks in CIDR form, the same on every node: Open MPI takes
+them so, and each rank turns them into its own host's interface names for
+Gloo and NCCL (core/interfaces.py, core/runtime.py; in the project's
+Horovod, horovod/common/networks.py).
 
     python -m horovod_train.launch.network list    this host's interfaces, as JSON
-    python -m horovod_train.launch.network probe   one node's part of the srun probe
+    python -m horovod_train.launch.network probe   one node's part of the probe
 
-Standard library only (and core/interfaces.py, which reads the interfaces):
-the probe runs under the batch step's python on every node.
+Standard library only (and core/interfaces.py, which reads the interfaces
+and is the node's part of the probe): the probe runs under the batch
+step's python on every node, or over ssh.
 """
 
 import contextlib
 import dataclasses
 import ipaddress
 import json
-import os
 import queue
-import socket
+import re
 import subprocess
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 from horovod_train.core.interfaces import (
     SOURCE,  # noqa: F401 (hosts.py sends it to other hosts: python3 - list)
     Interface,
     interfaces_from_json,
     local_interfaces,
+    probe_task,
 )
 
-CONNECT_TIMEOUT_S = 3  # one node to another's address; reachable ones answer in ms
-PROBE_TIMEOUT_S = 120  # the whole probe step, its start on every node included
+
+@dataclasses.dataclass(frozen=True)
+class ProbeTimeouts:
+    """How long the probe waits (HVT_PROBE_CONNECT_TIMEOUT_S, HVT_PROBE_TIMEOUT_S)."""
+    connect_s: float = 3.0  # one node to another's address; reachable ones answer in ms
+    whole_s: float = 120.0  # the whole probe, its start on every node included
+
+    @classmethod
+    def from_env(cls, env: dict) -> "ProbeTimeouts":
+        """A ValueError of one line for a value that is not a positive number."""
+        return cls(seconds("HVT_PROBE_CONNECT_TIMEOUT_S", env.get("HVT_PROBE_CONNECT_TIMEOUT_S"),
+                           cls.connect_s),
+                   seconds("HVT_PROBE_TIMEOUT_S", env.get("HVT_PROBE_TIMEOUT_S"), cls.whole_s))
+
+
+def seconds(variable: str, text: str | None, default: float) -> float:
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < 86400:
+        raise ValueError(f"{variable}={text}: want seconds, a number above 0")
+    return value
 
 
 # --- the candidates, from the nodes' tables -------------------------------------
@@ -146,31 +175,31 @@ def table_verdicts(tables: dict[str, list[Interface]]) -> dict[str, str | None]:
     return {net.title: table_problem(net) for net in candidates(tables)}
 
 
-# --- an interface named for horovodrun ------------------------------------------
-
-def problem(name: str, tables: dict[str, list[Interface]]) -> str | None:
-    """None when ranks on these hosts can use interface `name`, by what each
-    host reports, else why not. Without a connect test (horovodrun's launch
-    check), an interface on different subnets is refused too: on hosts
-    with no route between those, the ranks would hang."""
-    net = by_name(name, tables)
-    why = table_problem(net)
-    if why is None and len({iface.network for iface in net.members.values()}) > 1:
-        return "on different subnets: " + ", ".join(
-            f"{host} {iface.address}" for host, iface in net.members.items())
-    return why
-
-
-def check_named(names: list[str], tables: dict[str, list[Interface]]) -> None:
-    """Interfaces a user named: a ValueError of one line for the first that
-    the hosts cannot use."""
-    for name in names:
-        why = problem(name, tables)
-        if why:
-            raise ValueError(f"network interface {name} cannot carry the job: {why}")
-
-
 # --- what the user names for srun's ranks ---------------------------------------
+
+INTERFACE_NAME = re.compile(r"^[\w.@-]{1,15}$")  # what Linux allows, less / : and spaces
+
+
+def parse_named(text: str | None, source: str = "HVT_NETWORK_INTERFACE") -> list[str]:
+    """The items of a named network setting (`source`: HVT_NETWORK_INTERFACE,
+    --network-interface): interface names, HOST:NAME items or IPv4 networks
+    in CIDR form; a ValueError of one line for an item that is none."""
+    items = [item.strip() for item in (text or "").split(",") if item.strip()]
+    for item in items:
+        kind = named_item_kind(item)
+        if kind == "network":
+            with contextlib.suppress(ValueError):
+                ipaddress.IPv4Network(item)
+                continue
+        else:
+            host, _, name = item.partition(":") if kind == "host" else ("", "", item)
+            if INTERFACE_NAME.match(name) and (kind == "name" or host):
+                continue
+        raise ValueError(f"{source}={text}: {item!r} is not an interface name, HOST:NAME or "
+                         "an IPv4 network in CIDR form (want e.g. eth0, a:eth0,b:ens5 or "
+                         "10.0.0.0/24)")
+    return items
+
 
 def named_item_kind(item: str) -> str:
     """"network" (CIDR form), "host" (HOST:NAME) or "name"."""
@@ -212,78 +241,29 @@ def named_networks(items: list[str], tables: dict[str, list[Interface]]) -> list
     return found
 
 
-# --- reaching every node (the srun probe) ---------------------------------------
+# --- reaching every node: the job's side of the probe ----------------------------
 #
-# One task on each node, started by the job with srun --input=all: stdin
-# reaches every task, each task's stdout lines reach the job. Each task
-# listens on a port of its own, says its node, port and interfaces; the job
-# answers with the addresses to try; each task connects to every other
-# node's address on each candidate network, reads the name of the node that
-# answered, and reports what failed; the job closes stdin and the tasks end.
-
-def answer_connections(listener: socket.socket, node: str) -> None:
-    while True:
-        conn, _ = listener.accept()
-        with conn, contextlib.suppress(OSError):
-            conn.sendall(node.encode() + b"\n")
-
-
-def reach(node: str, address: str, port: int) -> str | None:
-    """None when `node` answers at address:port, else what happened."""
-    try:
-        with socket.create_connection((address, port), timeout=CONNECT_TIMEOUT_S) as conn:
-            answer = conn.makefile("rb").readline().decode(errors="replace").strip()
-    except TimeoutError:
-        return f"no answer from {address} within {CONNECT_TIMEOUT_S} s"
-    except OSError as err:
-        return f"{address}: {err.strerror or err}"
-    if answer != node:
-        return f"{address} is {answer or 'something else'} there, not {node}"
-    return None
-
-
-def emit(message: dict) -> None:
-    sys.stdout.write(json.dumps(message) + "\n")
-    sys.stdout.flush()
-
-
-def probe_task() -> int:
-    """One node's part of the probe."""
-    node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
-    listener = socket.create_server(("0.0.0.0", 0), backlog=1024)
-    threading.Thread(target=answer_connections, args=(listener, node), daemon=True).start()
-    emit({"node": node, "port": listener.getsockname()[1],
-          "interfaces": [dataclasses.asdict(iface) for iface in local_interfaces()]})
-    line = sys.stdin.readline()
-    if not line:
-        return 0
-    plan = json.loads(line)
-    targets = [(label, peer, address) for label, addresses in plan["addresses"].items()
-               for peer, address in addresses.items() if peer != node]
-    with ThreadPoolExecutor(max_workers=64) as pool:
-        verdicts = list(pool.map(lambda t: reach(t[1], t[2], plan["ports"][t[1]]), targets))
-    failures = [[label, peer, why]
-                for (label, peer, _), why in zip(targets, verdicts, strict=True) if why]
-    emit({"node": node, "failures": failures})
-    sys.stdin.read()  # until the job closes stdin: the other nodes may still connect here
-    return 0
-
+# The nodes' side is core/interfaces.py's probe_task, one on each node:
+# started by one srun step with --input=all (stdin reaches every task, each
+# task's stdout lines reach the job), or by one ssh per host.
 
 class ProbeStep:
-    """The job's side of the probe: the srun step, its lines read with a
-    deadline."""
+    """The probe's processes (one srun step, or one ssh per host), their
+    lines read with a deadline, each message sent to all of them."""
 
-    def __init__(self, command: list[str], nodes: list[str], timeout_s: float):
+    def __init__(self, commands: list[list[str]], nodes: list[str], timeout_s: float):
         self.nodes = nodes
         self.deadline = time.monotonic() + timeout_s
-        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, text=True)
+        self.processes = [subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                           stderr=subprocess.PIPE, text=True)
+                          for command in commands]
         self.lines: queue.Queue = queue.Queue()
         self.errors: list[str] = []
-        threading.Thread(target=self._read, args=(self.process.stdout, self.lines.put),
-                         daemon=True).start()
-        threading.Thread(target=self._read, args=(self.process.stderr, self.errors.append),
-                         daemon=True).start()
+        for process in self.processes:
+            threading.Thread(target=self._read, args=(process.stdout, self.lines.put),
+                             daemon=True).start()
+            threading.Thread(target=self._read, args=(process.stderr, self.errors.append),
+                             daemon=True).start()
 
     @staticmethod
     def _read(stream, keep) -> None:
@@ -294,6 +274,7 @@ class ProbeStep:
     def from_each_node(self, what: str) -> dict[str, dict]:
         """One JSON line from every node."""
         heard: dict[str, dict] = {}
+        ended = 0
         while len(heard) < len(self.nodes):
             try:
                 line = self.lines.get(timeout=max(0.0, self.deadline - time.monotonic()))
@@ -302,10 +283,13 @@ class ProbeStep:
                 raise RuntimeError(f"the network probe: no {what} from {', '.join(silent)} "
                                    "in time") from None
             if line is None:
-                self.process.wait()
+                ended += 1
+                if ended < len(self.processes):
+                    continue  # another process may still answer for its node
+                codes = [process.wait() for process in self.processes]
                 said = [e for e in self.errors if e]
-                raise RuntimeError(f"the network probe step ended (exit "
-                                   f"{self.process.returncode}) before every node answered"
+                raise RuntimeError(f"the network probe ended (exit "
+                                   f"{max(codes, key=abs)}) before every node answered"
                                    + (f": {said[-1]}" if said else ""))
             with contextlib.suppress(ValueError):
                 message = json.loads(line)
@@ -314,17 +298,21 @@ class ProbeStep:
         return heard
 
     def send(self, message: dict) -> None:
-        self.process.stdin.write(json.dumps(message) + "\n")
-        self.process.stdin.flush()
+        for process in self.processes:
+            with contextlib.suppress(OSError):
+                process.stdin.write(json.dumps(message) + "\n")
+                process.stdin.flush()
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self.process.stdin.close()
-        try:
-            self.process.wait(timeout=max(1.0, self.deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        for process in self.processes:
+            with contextlib.suppress(OSError):
+                process.stdin.close()
+        for process in self.processes:
+            try:
+                process.wait(timeout=max(1.0, self.deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
 
 
 class NoSharedInterface(ValueError):
@@ -345,6 +333,17 @@ class Choice:
     @property
     def title(self) -> str:
         return ", ".join(net.title for net in self.networks)
+
+    @property
+    def horovodrun_nics(self) -> str:
+        """horovodrun's --network-interfaces: the interface names where every
+        node calls each chosen network by one name (horovodrun as its users
+        know it), else the networks in CIDR form (the project's Horovod turns
+        those into each host's names)."""
+        names = [{iface.name for iface in net.members.values() if iface} for net in self.networks]
+        if all(len(found) == 1 for found in names):
+            return ",".join(dict.fromkeys(name for found in names for name in found))
+        return ",".join(self.cidrs)
 
 
 def layer_selection(variable: str, value: str,
@@ -378,36 +377,68 @@ def check_layer(variable: str, value: str, names: list[str], every: bool,
                          f"{reasons}")
 
 
-def choose(command: list[str], nodes: list[str], named: list[str] | None = None,
-           layers: dict[str, str] | None = None, timeout_s: float = PROBE_TIMEOUT_S) -> Choice:
-    """Run the probe step `command` (one task per node of `nodes`), then
-    decide from what it found (decide: the same arguments, and the same
-    errors); a RuntimeError for a probe that failed."""
-    step = ProbeStep(command, nodes, timeout_s)
+def choose(commands: list[list[str]], nodes: list[str], named: list[str] | None = None,
+           layers: dict[str, str] | None = None,
+           timeouts: ProbeTimeouts = ProbeTimeouts()) -> Choice:
+    """Run the probe's processes `commands` (one node's part of the probe
+    each, or one srun step with a task per node of `nodes`), then decide
+    from what they found (decide: the same arguments, and the same errors);
+    a RuntimeError for a probe that failed."""
+    step = ProbeStep(commands, nodes, timeouts.whole_s)
     try:
         hello = step.from_each_node("interfaces")
         tables = {node: interfaces_from_json(hello[node]["interfaces"]) for node in nodes}
+        ports = {node: hello[node]["port"] for node in nodes}
 
         def connect(addresses: dict[str, dict[str, str]]) -> list[tuple[str, str, str, str]]:
-            step.send({"addresses": addresses,
-                       "ports": {node: hello[node]["port"] for node in nodes}})
+            step.send({"addresses": addresses, "ports": ports,
+                       "connect_timeout_s": timeouts.connect_s})
             reports = step.from_each_node("report")
             return [(node, *failure) for node in nodes for failure in reports[node]["failures"]]
 
-        return decide(tables, connect, named, layers)
+        def measure(pairs: dict[str, tuple[str, str, str]]) -> dict[str, float | str]:
+            step.send({"measure": [[label, source, address, ports[peer]]
+                                   for label, (source, peer, address) in pairs.items()],
+                       "connect_timeout_s": timeouts.connect_s})
+            reports = step.from_each_node("measurement")
+            return {label: rate for node in nodes
+                    for label, rate in reports[node]["speeds"].items()}
+
+        return decide(tables, connect, named, layers, measure)
     finally:
         step.close()
 
 
+def fastest(passed: list[Network], measure) -> tuple[Network, dict[str, str]]:
+    """The network the first node sends to the second fastest on, and why
+    each other one was left out. `measure` takes {label: (node, peer,
+    peer's address)} and returns each label's MB/s, or what failed."""
+    first, second = next(iter(passed[0].members)), list(passed[0].members)[1]
+    rates = measure({net.label: (first, second, net.members[second].ip) for net in passed})
+    timed = {net.label: rates.get(net.label) for net in passed}
+    best = max((net for net in passed if isinstance(timed[net.label], float)),
+               key=lambda net: timed[net.label], default=passed[0])
+    left_out = {}
+    for net in passed:
+        if net is not best:
+            rate = timed[net.label]
+            left_out[net.title] = (
+                f"slower, {rate:,.1f} MB/s from {first} to {second} against "
+                f"{timed[best.label]:,.1f} MB/s on {best.label}" if isinstance(rate, float)
+                else rate or "not measured")
+    return best, left_out
+
+
 def decide(tables: dict[str, list[Interface]], connect, named: list[str] | None = None,
-           layers: dict[str, str] | None = None) -> Choice:
+           layers: dict[str, str] | None = None, measure=None) -> Choice:
     """Choose the networks from the nodes' interface tables, or check the
     `named` ones (HVT_NETWORK_INTERFACE's items); `layers`, the user's own
     variables of a layer (NCCL_SOCKET_IFNAME=ib0, ...), are checked as that
     layer reads them. `connect` tries every node's address on each network
     that passes the tables, {label: {node: ip}}, from every other node, and
-    returns what failed: (node, label, peer, why). A ValueError of one line
-    names what cannot carry the job."""
+    returns what failed: (node, label, peer, why). Where several networks
+    pass and none was named, `measure` (see fastest) picks the fastest. A
+    ValueError of one line names what cannot carry the job."""
     known = list(dict.fromkeys(iface.name for interfaces in tables.values()
                                for iface in interfaces))
     selections = {variable: layer_selection(variable, value, known)
@@ -435,6 +466,9 @@ def decide(tables: dict[str, list[Interface]], connect, named: list[str] | None 
     if not passed:
         raise NoSharedInterface("no network connects every node: " + "; ".join(
             f"{title}: {reason}" for title, reason in rejected.items()))
+    if len(passed) > 1 and not named and measure and len(tables) > 1:
+        best, slower = fastest(passed, measure)
+        passed, rejected = [best], {**rejected, **slower}
     return Choice(passed, bool(named), rejected)
 
 
@@ -442,8 +476,8 @@ def main(argv: list[str]) -> int:
     if argv == ["list"]:
         print(json.dumps([dataclasses.asdict(iface) for iface in local_interfaces()]))
         return 0
-    if argv == ["probe"]:
-        return probe_task()
+    if argv[:1] == ["probe"] and len(argv) <= 2:
+        return probe_task(*argv[1:])
     print(__doc__.strip(), file=sys.stderr if argv not in (["-h"], ["--help"]) else sys.stdout)
     return 0 if argv in (["-h"], ["--help"]) else 2
 

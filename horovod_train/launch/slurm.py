@@ -67,7 +67,6 @@ nodes, only a python3.
 """
 
 import argparse
-import ipaddress
 import json
 import os
 import re
@@ -76,12 +75,12 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from horovod_train.core.errors import ArgumentParser, RunFailed, UserError, run_main
 from horovod_train.core.slurm_tasks import expand_tasks_per_node
-from horovod_train.launch import network
+from horovod_train.launch import horovodrun, network
 from horovod_train.launch.hosts import Host, SshTarget, host_list, probe_ssh_port, total_slots
 
 LAUNCHERS = ("srun", "horovodrun")
@@ -99,9 +98,6 @@ STOP_GRACE_S = 20  # horovodrun's (or srun's) time to stop its ranks before it i
 CHECK_TIMEOUT_S = 600  # the trainer's option check: Pyxis may pull the image first
 
 MOUNT_ITEM = re.compile(r"^([^:,]+):(/[^:,]*)(:ro)?$")
-INTERFACE_NAME = re.compile(r"^[\w.@-]{1,15}$")  # what Linux allows, less / : and spaces
-
-
 # --- the allocation -------------------------------------------------------------
 
 def node_hostnames(nodelist: str) -> list[str]:
@@ -238,7 +234,10 @@ def make_settings(launcher: str = "srun", runtime: str = "venv", image: str | No
         port = int(ssh_port)
     elif container and over_ssh:
         port = IMAGE_SSH_PORT
-    names = network_items(interfaces, over_ssh)
+    try:
+        names = tuple(network.parse_named(interfaces))
+    except ValueError as err:
+        raise UserError(str(err)) from None
     ranks = None
     if num_proc not in (None, ""):
         if not str(num_proc).isdigit() or int(num_proc) < 1:
@@ -252,34 +251,6 @@ def make_settings(launcher: str = "srun", runtime: str = "venv", image: str | No
     return Settings(launcher, runtime, image or None,
                     str(Path(keys).resolve()) if keys else None, mount_list, port,
                     trainer or DEFAULT_TRAINER, resume, checkout, names, ranks)
-
-
-def network_item_ok(item: str, kind: str) -> bool:
-    if kind == "network":
-        try:
-            ipaddress.IPv4Network(item)
-        except ValueError:
-            return False
-        return True
-    host, _, name = item.partition(":") if kind == "host" else ("", "", item)
-    return bool(INTERFACE_NAME.match(name)) and (kind == "name" or bool(host))
-
-
-def network_items(text: str | None, over_ssh: bool) -> tuple[str, ...]:
-    """HVT_NETWORK_INTERFACE's items: interface names, HOST:NAME items, or
-    IPv4 networks in CIDR form (srun's ranks only: horovodrun takes names)."""
-    items = tuple(item.strip() for item in (text or "").split(",") if item.strip())
-    for item in items:
-        kind = network.named_item_kind(item)
-        if not network_item_ok(item, kind):
-            raise UserError(f"HVT_NETWORK_INTERFACE={text}: {item!r} is not an interface name, "
-                            "HOST:NAME or an IPv4 network in CIDR form (want e.g. eth0, "
-                            "a:eth0,b:ens5 or 10.0.0.0/24)")
-        if over_ssh and kind != "name":
-            raise UserError(f"HVT_NETWORK_INTERFACE={text}: horovodrun takes interface names "
-                            f"only, not {item}: leave HVT_LAUNCHER unset, and srun starts the "
-                            "ranks")
-    return items
 
 
 def settings_from_env(env: dict) -> Settings:
@@ -330,10 +301,15 @@ def rank_count(allocation: Allocation, settings: Settings) -> int:
 
 def horovodrun_options(allocation: Allocation, settings: Settings) -> list[str]:
     port = ["-p", str(settings.ssh_port)] if settings.ssh_port else []
-    # A named interface is checked by the probe first: horovodrun trusts it.
-    nics = ["--network-interfaces", ",".join(settings.interfaces)] if settings.interfaces else []
     return ["-np", str(rank_count(allocation, settings)), "-H", allocation.host_list, *port,
-            *nics, "--gloo"]
+            "--gloo"]
+
+
+def with_nics(argv: list[str], nics: str) -> list[str]:
+    """horovodrun's command with the probe's choice (horovodrun then skips
+    its own probe, which takes names only and does not time networks)."""
+    at = next(i for i, word in enumerate(argv) if word.endswith("horovodrun")) + 1
+    return [*argv[:at], "--network-interfaces", nics, *argv[at:]]
 
 
 def apptainer_exec(settings: Settings, mounts: list[str], environment: dict | None = None,
@@ -390,7 +366,6 @@ def make_plan(allocation: Allocation, settings: Settings, trainer_args: list[str
         return Plan(srun_in_runtime(settings, ranks, [python, settings.trainer, *args]),
                     check, cwd, probe)
 
-    probe = probe if settings.interfaces else None  # else horovodrun probes
     options = horovodrun_options(allocation, settings)
     if not container:
         venv = settings.checkout / ".venv" / "bin"
@@ -472,10 +447,10 @@ def check_trainer_options(plan: Plan, settings: Settings) -> dict:
 
 
 def choose_network(plan: Plan, allocation: Allocation, settings: Settings,
-                   layers: dict[str, str]) -> network.Choice:
+                   layers: dict[str, str], env: dict) -> network.Choice:
     try:
-        return network.choose(plan.probe, allocation.nodes, list(settings.interfaces) or None,
-                              layers)
+        return network.choose([plan.probe], allocation.nodes, list(settings.interfaces) or None,
+                              layers, network.ProbeTimeouts.from_env(env))
     except network.NoSharedInterface as err:
         raise UserError(f"{err} (HVT_NETWORK_INTERFACE names one)") from None
     except ValueError as err:
@@ -504,14 +479,16 @@ def layers_set(env: dict) -> dict[str, str]:
 CIDR_VARIABLES = ("OMPI_MCA_btl_tcp_if_include", "OMPI_MCA_oob_tcp_if_include")
 
 
-def network_environment(choice: network.Choice, env: dict) -> dict[str, str]:
-    """The chosen networks for the ranks: HVT_NETWORKS, and Open MPI's
-    variables, but one whose own variable the user set keeps it (an
-    exclude list too: Open MPI refuses both)."""
+def srun_rank_environment(choice: network.Choice, env: dict) -> dict[str, str]:
+    """What srun's ranks get: the chosen networks (HVT_NETWORKS, and Open
+    MPI's variables, but one whose own variable the user or the site's
+    parameter files set keeps it: an exclude list too, Open MPI refuses
+    both), and the Open MPI settings horovodrun's ranks get."""
     cidrs = ",".join(choice.cidrs)
-    chosen = {"HVT_NETWORKS": cidrs}
+    chosen = {"HVT_NETWORKS": cidrs, **horovodrun.rank_mpi_environment(env)}
+    site = {f"OMPI_MCA_{name}" for name in horovodrun.site_mca_settings(env)}
     for name in CIDR_VARIABLES:
-        if not any(var in env for var in (name, *NETWORK_VARIABLES[name])):
+        if not any(var in env or var in site for var in (name, *NETWORK_VARIABLES[name])):
             chosen[name] = cidrs
     return chosen
 
@@ -611,10 +588,12 @@ def run_job(trainer_args: list[str], env: dict | None = None, settings: Settings
     check_trainer_options(plan, settings)
     # horovodrun hands its own choice to every layer; srun's ranks keep the user's.
     kept = layers_set(env) if settings.launcher == "srun" else {}
-    choice = choose_network(plan, allocation, settings, kept) if plan.probe else None
+    choice = choose_network(plan, allocation, settings, kept, env)
     print(describe(allocation, settings, plan, choice, kept), flush=True)
     if settings.launcher == "srun":
-        env.update(network_environment(choice, env))
+        env.update(srun_rank_environment(choice, env))
+    else:
+        plan = replace(plan, main=with_nics(plan.main, choice.horovodrun_nics))
     started = time.monotonic()
     code = run_plan(plan, env)
     print(f"slurm: job {allocation.job_id}: {settings.launcher} exited {code} after "

@@ -1,10 +1,11 @@
 """The PyTorch trainer, run for real under horovodrun: on this machine with
-Gloo and MPI, across the emulated hosts a and b with the two-host command,
-and interrupted then resumed."""
+Gloo and MPI, across the emulated hosts a and b with the two-host command
+(on hosts that differ as real ones do), and interrupted then resumed."""
 
+import contextlib
 
 import pytest
-from conftest import assert_trained, horovodrun
+from conftest import assert_trained, horovodrun, interface_renamed
 
 pytestmark = pytest.mark.slow
 
@@ -12,12 +13,25 @@ EPOCHS = ["--epochs", "3"]
 
 
 @pytest.mark.cluster
-@pytest.mark.parametrize("controller", ["gloo", "mpi"])
-def test_two_host_command_across_emulated_hosts(controller, cluster, mnist_dir, tmp_path):
+@pytest.mark.parametrize("controller, hosts", [("mpi", "cluster"), ("gloo", "routed_cluster")],
+                         ids=["mpi, b's eth0 called ens5", "gloo, a subnet per host"])
+def test_two_host_command_across_emulated_hosts(controller, hosts, request, mnist_dir, tmp_path):
     """horovodrun -np 4 -H a:2,b:2 -p 12345 python horovod_train/pytorch_mnist.py,
-    launched from host a as a user would."""
-    run = horovodrun(["-np", "4", "-H", "a:2,b:2", "-p", "12345", f"--{controller}"],
-                     ["--data-dir", str(mnist_dir), "--no-download", *EPOCHS],
-                     tmp_path / "run", host="a")
+    launched from host a as a user would, on hosts that differ: b's eth0
+    called ens5 (no interface name common to both: the project's Horovod
+    hands over the network), or a and b on subnets of their own, joined by
+    a router."""
+    layout = request.getfixturevalue(hosts)
+    renamed = interface_renamed("b", "eth0", "ens5") if hosts == "cluster" else \
+        contextlib.nullcontext()
+    with renamed:
+        run = horovodrun(["-np", "4", "-H", "a:2,b:2", "-p", "12345", f"--{controller}"],
+                         ["--data-dir", str(mnist_dir), "--no-download", *EPOCHS],
+                         tmp_path / "run", host="a")
     summary = assert_trained(run, 4, controller, {"a": 2, "b": 2})
     assert {r["host"] for r in summary["ranks"] if r["local_rank"] == 1} == {"a", "b"}
+    assert summary["network_interface"] == "eth0"  # rank 0's, on a
+    if hosts == "cluster":
+        subnet = layout["hosts"]["a"].rsplit(".", 1)[0] + ".0/24"
+        assert ("horovodrun: no interface name common to all hosts; using the networks "
+                f"{subnet}\n") in run.output

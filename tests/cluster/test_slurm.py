@@ -6,7 +6,6 @@ training MNIST with its ranks as Slurm tasks (a job cancelled and resumed
 from its checkpoint) beside horovodrun over ssh, every bad input ending the
 job in one line, and a Submitit job requeued by its pre-timeout signal."""
 
-import contextlib
 import json
 import os
 import re
@@ -18,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import BIN, REPO
+from conftest import BIN, REPO, interface_renamed
 
 from horovod_train.core.errors import RunFailed, UserError
 from horovod_train.core.interfaces import Interface
@@ -534,31 +533,6 @@ def test_sshd_wait_returns_when_the_hosts_answer_and_fails_when_the_step_dies(de
 def cluster_subnet(layout: dict) -> str:
     """The emulated hosts' network, eth0's, in CIDR form."""
     return layout["hosts"]["a"].rsplit(".", 1)[0] + ".0/24"
-
-
-@contextlib.contextmanager
-def interface_renamed(host: str, old: str, new: str):
-    """An emulated host's interface under another name for a block, as on
-    nodes whose interface names differ (down, renamed, up: its address and
-    routes come back with it); its own name back afterwards, also when the
-    block fails."""
-    def rename(before: str, after: str) -> None:
-        for args in (["set", before, "down"], ["set", before, "name", after],
-                     ["set", after, "up"]):
-            subprocess.run(["ip", "-n", f"hvt-{host}", "link", *args], check=True,
-                           capture_output=True, timeout=30)
-        deadline = time.monotonic() + 10
-        while "LOWER_UP" not in subprocess.run(
-                ["ip", "-n", f"hvt-{host}", "-j", "link", "show", after], capture_output=True,
-                text=True, timeout=30).stdout:
-            assert time.monotonic() < deadline, f"{host}'s {after} has no carrier"
-            time.sleep(0.1)
-
-    rename(old, new)
-    try:
-        yield
-    finally:
-        rename(new, old)
 
 
 def run_until_cancelled(local_slurm: LocalSlurm, log_dir: Path, run: Path, mnist_dir: Path,

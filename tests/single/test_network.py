@@ -8,13 +8,15 @@ do on hosts with decoy interfaces, test_network_cluster.py's; srun's probe
 on real nodes, tests/cluster/test_slurm.py's."""
 
 
+import ipaddress
+
 import pytest
 from conftest import REPO
 
 from horovod_train.core import runtime
 from horovod_train.core.errors import UserError
-from horovod_train.core.interfaces import Interface, names_on, parse_networks
-from horovod_train.launch import network, slurm
+from horovod_train.core.interfaces import Interface, local_interfaces, names_on, parse_networks
+from horovod_train.launch import horovodrun, network, slurm
 
 
 def host(*interfaces: Interface) -> list[Interface]:
@@ -40,25 +42,18 @@ TWO_HOSTS = {
     ("lo", "loopback"),
     ("docker0", "the same address 172.17.0.1 on a and b (a network local to each host, "
                 "such as Docker's bridge)"),
-    ("mgmt0", "on different subnets: a 192.168.1.11/24, b 192.168.2.12/24"),
+    ("mgmt0", None),  # on a subnet per host: only connecting tells (reachable is the rule)
     ("ib0", "missing on b"),
     ("eth2", "down on a"),
     ("veth9", "no IPv4 address on a, b"),
     ("nope", "missing on a, b"),
 ])
-def test_each_interface_gets_its_verdict(name, why):
-    assert network.problem(name, TWO_HOSTS) == why
+def test_each_interface_gets_its_verdict_from_the_tables(name, why):
+    assert network.table_problem(network.by_name(name, TWO_HOSTS)) == why
 
 
 def test_on_one_host_loopback_is_the_network():
-    assert network.problem("lo", {"a": TWO_HOSTS["a"]}) is None
-
-
-def test_a_named_interface_is_checked_with_the_same_rules():
-    network.check_named(["eth0"], TWO_HOSTS)
-    with pytest.raises(ValueError, match="^network interface docker0 cannot carry the job: "
-                                         "the same address 172.17.0.1 on a and b"):
-        network.check_named(["eth0", "docker0"], TWO_HOSTS)
+    assert network.table_problem(network.by_name("lo", {"a": TWO_HOSTS["a"]})) is None
 
 
 KNOWN = ["lo", "eth0", "docker0", "mgmt0", "ib0", "eth2", "veth9"]
@@ -152,6 +147,63 @@ def test_an_ipv6_only_interface_is_named_among_those_left_out():
     assert "veth9" not in choice.rejected  # no address of either kind: nothing to say
 
 
+TWO_NETWORKS = {name: host(eth("eth0", f"10.0.0.{i}/24"), eth("eth2", f"10.5.0.{i}/24"))
+                for i, name in ((11, "a"), (12, "b"))}
+
+
+def test_where_several_networks_join_every_node_the_fastest_alone_is_chosen():
+    asked = []
+
+    def measure(pairs):
+        asked.append(pairs)
+        return {"10.0.0.0/24": 2.4, "10.5.0.0/24": 910.0}
+
+    choice = network.decide(TWO_NETWORKS, everything_answers, measure=measure)
+    assert asked == [{"10.0.0.0/24": ("a", "b", "10.0.0.12"),
+                      "10.5.0.0/24": ("a", "b", "10.5.0.12")}]
+    assert choice.cidrs == ["10.5.0.0/24"] and choice.horovodrun_nics == "eth2"
+    assert choice.rejected["10.0.0.0/24 on eth0"] == (
+        "slower, 2.4 MB/s from a to b against 910.0 MB/s on 10.5.0.0/24")
+
+
+def test_a_network_that_fails_its_measurement_is_left_out_with_what_failed():
+    choice = network.decide(TWO_NETWORKS, everything_answers, measure=lambda pairs: {
+        "10.0.0.0/24": 50.0, "10.5.0.0/24": "measuring 10.5.0.12: Connection reset by peer"})
+    assert choice.cidrs == ["10.0.0.0/24"]
+    assert choice.rejected["10.5.0.0/24 on eth2"] == (
+        "measuring 10.5.0.12: Connection reset by peer")
+
+
+def test_networks_the_user_names_are_all_kept_unmeasured():
+    def measure(pairs):
+        raise AssertionError("named networks are not measured")
+
+    choice = network.decide(TWO_NETWORKS, everything_answers, ["eth0", "eth2"], measure=measure)
+    assert choice.cidrs == ["10.0.0.0/24", "10.5.0.0/24"]
+    assert choice.horovodrun_nics == "eth0,eth2"
+
+
+def test_horovodrun_gets_names_where_every_host_has_them_else_networks():
+    assert network.decide(RENAMED, everything_answers).horovodrun_nics == "10.0.0.0/24"
+    routed = {"a": host(eth("eth0", "10.1.0.11/24")), "b": host(eth("eth0", "10.2.0.12/24"))}
+    assert network.decide(routed, everything_answers).horovodrun_nics == "eth0"
+
+
+@pytest.mark.parametrize("env, timeouts", [
+    ({}, network.ProbeTimeouts(3.0, 120.0)),
+    ({"HVT_PROBE_CONNECT_TIMEOUT_S": "0.5", "HVT_PROBE_TIMEOUT_S": "20"},
+     network.ProbeTimeouts(0.5, 20.0)),
+])
+def test_the_probes_timeouts_are_settable(env, timeouts):
+    assert network.ProbeTimeouts.from_env(env) == timeouts
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "soon", "1e9"])
+def test_a_probe_timeout_that_is_no_time_is_one_error(value):
+    with pytest.raises(ValueError, match=f"^HVT_PROBE_TIMEOUT_S={value}: want seconds"):
+        network.ProbeTimeouts.from_env({"HVT_PROBE_TIMEOUT_S": value})
+
+
 @pytest.mark.parametrize("named, title", [
     (["a:eth0", "b:ens5"], "a:eth0,b:ens5"),
     (["10.0.0.0/24"], "10.0.0.0/24 on a eth0, b ens5"),
@@ -224,16 +276,22 @@ def test_network_interface_takes_names_per_host_names_and_networks(text, items):
     assert slurm.make_settings(checkout=REPO, interfaces=text).interfaces == items
 
 
-@pytest.mark.parametrize("launcher, text, message", [
-    ("srun", ":eth0", "HVT_NETWORK_INTERFACE=:eth0: ':eth0' is not an interface name, "
-                      "HOST:NAME or an IPv4 network in CIDR form (want e.g. eth0, a:eth0,b:ens5 "
-                      "or 10.0.0.0/24)"),
-    ("srun", "10.213.0.11/24", "'10.213.0.11/24' is not an interface name"),
-    ("srun", "a:b:c", "'a:b:c' is not an interface name"),
-    ("horovodrun", "10.213.0.0/24", "HVT_NETWORK_INTERFACE=10.213.0.0/24: horovodrun takes "
-                                    "interface names only, not 10.213.0.0/24"),
-    ("horovodrun", "a:eth0,b:ens5", "horovodrun takes interface names only, not a:eth0"),
+@pytest.mark.parametrize("text", ["a:eth0,b:ens5", "10.213.0.0/24"])
+def test_horovodrun_takes_what_srun_takes(text):
+    """The project's Horovod takes networks in CIDR form (the probe hands it
+    those where names differ per host)."""
+    settings = slurm.make_settings(launcher="horovodrun", checkout=REPO, interfaces=text)
+    assert settings.interfaces == tuple(text.split(","))
+
+
+@pytest.mark.parametrize("text, message", [
+    (":eth0", "HVT_NETWORK_INTERFACE=:eth0: ':eth0' is not an interface name, "
+              "HOST:NAME or an IPv4 network in CIDR form (want e.g. eth0, a:eth0,b:ens5 "
+              "or 10.0.0.0/24)"),
+    ("10.213.0.11/24", "'10.213.0.11/24' is not an interface name"),
+    ("a:b:c", "'a:b:c' is not an interface name"),
 ])
+@pytest.mark.parametrize("launcher", ["srun", "horovodrun"])
 def test_a_network_interface_the_job_cannot_read_is_one_error(launcher, text, message):
     with pytest.raises(UserError) as error:
         slurm.make_settings(launcher=launcher, checkout=REPO, interfaces=text)
@@ -269,3 +327,82 @@ def test_a_rank_reports_open_mpis_networks_as_its_own_interface_names():
     assert runtime.interface_names("10.0.0.0/24", A_HOST) == "eth0,eth1"
     assert runtime.interface_names("eth0,ib0", A_HOST) == "eth0,ib0"
     assert runtime.interface_names(None, A_HOST) is None
+
+
+# --- what scripts/launch.sh hands horovodrun --------------------------------------
+
+COMMAND = ["python", "train.py"]
+
+
+@pytest.mark.parametrize("argv, env, named", [
+    (["-np", "2", *COMMAND], {}, None),
+    (["--network-interface", "eth0", *COMMAND], {}, ["eth0"]),
+    (["--network-interfaces=a:eth0,b:ens5", *COMMAND], {}, ["a:eth0", "b:ens5"]),
+    ([*COMMAND], {"HVT_NETWORK_INTERFACE": "10.0.0.0/24"}, ["10.0.0.0/24"]),
+    (["--network-interface", "eth0", *COMMAND], {"HVT_NETWORK_INTERFACE": "eth0"}, ["eth0"]),
+    # The command's own options are the command's.
+    (["python", "train.py", "--network-interface", "x"], {}, None),
+])
+def test_the_flag_and_the_variable_name_a_network_the_same_way(argv, env, named):
+    command = argv[argv.index("python"):]
+    assert horovodrun.named_network(argv, command, env) == named
+
+
+def test_a_flag_and_a_variable_that_disagree_are_one_error():
+    with pytest.raises(UserError, match="^--network-interface eth0 and HVT_NETWORK_INTERFACE="
+                                        "ens5 disagree: give one$"):
+        horovodrun.named_network(["--network-interface", "eth0", *COMMAND], COMMAND,
+                                 {"HVT_NETWORK_INTERFACE": "ens5"})
+
+
+@pytest.mark.parametrize("argv", [
+    ["-np", "2", "--network-interface", "eth0", "-H", "a:1,b:1", *COMMAND],
+    ["-np", "2", "--network-interfaces=eth0", "-H", "a:1,b:1", *COMMAND],
+    ["-np", "2", "-H", "a:1,b:1", *COMMAND],
+])
+def test_horovodrun_gets_the_probes_choice_in_place_of_the_users_names(argv):
+    assert horovodrun.with_nics(argv, COMMAND, "10.0.0.0/24") == [
+        "--network-interfaces", "10.0.0.0/24", "-np", "2", "-H", "a:1,b:1", *COMMAND]
+
+
+# --- what srun's ranks get --------------------------------------------------------
+
+def test_srun_ranks_get_horovodruns_open_mpi_settings_where_nothing_set_them(tmp_path):
+    site = tmp_path / "site.conf"
+    site.write_text("# the site's\nbtl = ^openib\nbtl_tcp_if_exclude = lo,docker0\n")
+    choice = network.decide(RENAMED, everything_answers)
+    env = {"OMPI_MCA_mca_param_files": str(site), "OMPI_MCA_pml": "ucx"}
+    ranks = slurm.srun_rank_environment(choice, env)
+    assert ranks["HVT_NETWORKS"] == "10.0.0.0/24"
+    assert ranks["OMPI_MCA_oob_tcp_if_include"] == "10.0.0.0/24"
+    assert ranks["OMPI_MCA_oob_tcp_keepalive_time"] == "10"  # the project's file
+    # The site's btl, its exclude list (Open MPI refuses include beside it)
+    # and the user's pml stand.
+    assert not {"OMPI_MCA_btl", "OMPI_MCA_btl_tcp_if_include", "OMPI_MCA_pml"} & set(ranks)
+    bare = slurm.srun_rank_environment(choice, {"OMPI_MCA_mca_param_files": str(tmp_path / "x")})
+    assert bare["OMPI_MCA_btl"] == "^openib,ofi" and bare["OMPI_MCA_pml"] == "ob1"
+    assert bare["OMPI_MCA_btl_tcp_if_include"] == "10.0.0.0/24"
+
+
+# --- the project's Horovod, where names differ per host -------------------------
+
+def test_horovods_networks_become_this_hosts_names_before_it_starts():
+    networks = pytest.importorskip("horovod.common.networks")
+    here = [iface for iface in local_interfaces() if iface.address and not iface.loopback]
+    if not here:
+        pytest.skip("no IPv4 interface besides loopback here")
+    cidr = str(here[0].network)
+    env = {"HOROVOD_GLOO_IFACE": cidr, "NCCL_SOCKET_IFNAME": f"{cidr},127.0.0.0/8",
+           "OTHER": "10.0.0.0/8"}
+    networks.resolve_environment(env)
+    assert env == {"HOROVOD_GLOO_IFACE": here[0].name,
+                   "NCCL_SOCKET_IFNAME": f"={here[0].name},lo", "OTHER": "10.0.0.0/8"}
+    names = {"HOROVOD_GLOO_IFACE": "eth0"}
+    networks.resolve_environment(names)
+    assert names == {"HOROVOD_GLOO_IFACE": "eth0"}  # names stay as given
+    taken = {iface.network for iface in local_interfaces() if iface.address}
+    elsewhere = next(f"10.{i}.0.0/16" for i in range(256)
+                     if not any(net.overlaps(ipaddress.IPv4Network(f"10.{i}.0.0/16"))
+                                for net in taken))
+    with pytest.raises(ValueError, match=f"^HOROVOD_GLOO_IFACE={elsewhere}: no interface of "):
+        networks.resolve_environment({"HOROVOD_GLOO_IFACE": elsewhere})
