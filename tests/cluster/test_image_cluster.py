@@ -25,6 +25,7 @@ from conftest import (
     Run,
     assert_trained,
     image_hosts,
+    interface_renamed,
     on_host,
     require_image,
     run_on,
@@ -237,7 +238,9 @@ def test_the_image_with_the_code_runs_the_two_host_command_with_nothing_mounted(
         app_image, emulated, small_mnist_dir):
     """Two containers of the image that carries the code (docker/app.Dockerfile),
     nothing mounted: the trainer is the image's. Each host gets the digits
-    on its own disk, as a node that downloads them would (CI cannot)."""
+    on its own disk, as a node that downloads them would (CI cannot). Host
+    b calls its network ens5, a eth0: the image's Horovod hands over the
+    network where no interface name is common."""
     emulated.ensure("--image", app_image)
     digits = subprocess.run(["tar", "-C", str(small_mnist_dir), "-c", "."], capture_output=True,
                             check=True).stdout
@@ -255,10 +258,13 @@ def test_the_image_with_the_code_runs_the_two_host_command_with_nothing_mounted(
                       "horovod_train.launch import horovodrun; "
                       "print(horovodrun.mpi_settings_environment())'")
     assert "OMPI_MCA_oob_tcp_keepalive_time" in settings.stdout, settings.stderr
-    result = run_on("a", "horovodrun", "-np", "4", "-H", "a:2,b:2", "-p", "12345", "python",
-                    "horovod_train/pytorch_mnist.py", "--data-dir", "/data", "--no-download",
-                    "--epochs", "1", "--no-progress", "--log-dir", "/tmp/run", timeout=600)
+    with interface_renamed("b", "eth0", "ens5"):
+        result = run_on("a", "horovodrun", "-np", "4", "-H", "a:2,b:2", "-p", "12345", "python",
+                        "horovod_train/pytorch_mnist.py", "--data-dir", "/data", "--no-download",
+                        "--epochs", "1", "--no-progress", "--log-dir", "/tmp/run", timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "horovodrun: no interface name common to all hosts; using the networks " \
+        in result.stdout + result.stderr
     summary = json.loads(run_on("a", "cat", "/tmp/run/summary.json").stdout)
     assert summary["size"] == 4 and summary["hosts"] == {"a": 2, "b": 2}
     assert summary["controller"] == "mpi"  # as written: horovodrun picks MPI
