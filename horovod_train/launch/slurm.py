@@ -270,14 +270,13 @@ def settings_from_env(env: dict) -> Settings:
 @dataclass(frozen=True)
 class Plan:
     """What the job runs, in order: `check`, the trainer's options, in one
-    task; `probe`, the network, in a task per node (srun, or a named
-    interface); then `main`, the ranks. With horovodrun, a container runtime
+    task; `probe`, the network, in a task per node; then `main`, the ranks. With horovodrun, a container runtime
     and more than one node, `sshd` on the other nodes first, for as long as
     `main` runs."""
     main: list[str]
     check: list[str]
-    cwd: str | None = None
-    probe: list[str] | None = None
+    cwd: str | None
+    probe: list[str]
     sshd: list[str] | None = None
     ssh_hosts: tuple[str, ...] = ()
     ssh_port: int | None = None
@@ -554,10 +553,8 @@ def describe(allocation: Allocation, settings: Settings, plan: Plan,
            else "started by horovodrun over ssh")
     if choice:
         net = f"{choice.title} ({'as set' if choice.named else 'chosen'})"
-    elif plan.probe:
-        net = "chosen by the probe when the job runs"
     else:
-        net = "horovodrun's probe"
+        net = "chosen by the probe when the job runs"
     lines = [f"slurm: job {allocation.job_id}: {rank_count(allocation, settings)} ranks on "
              f"{allocation.host_list}, {how}, runtime {settings.runtime}"
              + (f", restart {allocation.restarts}" if allocation.restarts else "")

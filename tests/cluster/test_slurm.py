@@ -145,19 +145,18 @@ def test_srun_passes_the_jobs_cpus_per_task_and_fewer_ranks_when_asked():
                              "--cpus-per-task=8"]
 
 
-def test_horovodrun_plan_runs_it_from_the_checkout_and_probes_only_a_named_interface():
+def test_horovodrun_plan_runs_it_from_the_checkout_with_the_probes_choice():
+    """The job probes for horovodrun too, and hands it the choice (names
+    where every node has them, else networks in CIDR form)."""
     settings = slurm.make_settings(launcher="horovodrun", ssh_port="12345", checkout=REPO)
     plan = slurm.make_plan(allocation(), settings, ["--epochs", "3"])
     venv = f"{REPO}/.venv/bin"
     assert plan.main == [f"{venv}/horovodrun", "-np", "4", "-H", "a:2,b:2", "-p", "12345",
                          "--gloo", f"{venv}/python", "horovod_train/pytorch_mnist.py",
                          "--epochs", "3"]
-    assert plan.cwd == str(REPO) and plan.sshd is None and plan.probe is None
-    named = slurm.make_settings(launcher="horovodrun", checkout=REPO, interfaces="ib0,eth0")
-    plan = slurm.make_plan(allocation(), named, [])
-    assert plan.probe == PROBE
-    assert plan.main[:7] == [f"{venv}/horovodrun", "-np", "4", "-H", "a:2,b:2",
-                             "--network-interfaces", "ib0,eth0"]
+    assert plan.cwd == str(REPO) and plan.sshd is None and plan.probe == PROBE
+    assert slurm.with_nics(plan.main, "10.0.0.0/24")[:3] == [
+        f"{venv}/horovodrun", "--network-interfaces", "10.0.0.0/24"]
 
 
 def test_resume_is_added_when_asked_and_after_a_requeue():
@@ -289,12 +288,18 @@ def test_open_mpi_and_the_ranks_get_the_networks_but_a_layer_the_user_set_keeps_
     choice = network.Choice([network.Network("10.0.0.0/24", {"a": a, "b": b}, True),
                              network.Network("ib0", {"a": ib[0], "b": ib[1]}, False)],
                             False, {})
-    assert slurm.network_environment(choice, {}) == {
+    no_site = {"OMPI_MCA_mca_param_files": "/nonexistent"}
+
+    def networks(env: dict) -> dict:
+        return {name: value for name, value in slurm.srun_rank_environment(choice, env).items()
+                if "NETWORKS" in name or "_if_" in name}
+
+    assert networks(no_site) == {
         "HVT_NETWORKS": "10.0.0.0/24,10.9.0.0/16",
         "OMPI_MCA_btl_tcp_if_include": "10.0.0.0/24,10.9.0.0/16",
         "OMPI_MCA_oob_tcp_if_include": "10.0.0.0/24,10.9.0.0/16"}
     mine = {"NCCL_SOCKET_IFNAME": "=ib0", "OMPI_MCA_btl_tcp_if_exclude": "lo,docker0"}
-    assert slurm.network_environment(choice, mine) == {
+    assert networks({**no_site, **mine}) == {
         "HVT_NETWORKS": "10.0.0.0/24,10.9.0.0/16",
         "OMPI_MCA_oob_tcp_if_include": "10.0.0.0/24,10.9.0.0/16"}
 
@@ -352,8 +357,7 @@ def test_batch_script_dry_run_prints_the_container_commands(keys, launcher):
     lines = result.stdout.splitlines()
     how = ("each a Slurm task (srun --mpi=pmix)" if launcher == "srun"
            else "started by horovodrun over ssh")
-    net = "chosen by the probe when the job runs" if launcher == "srun" else \
-        "horovodrun's probe"
+    net = "chosen by the probe when the job runs"
     assert lines[0] == (f"slurm: job 42: 4 ranks on a:2,b:2, {how}, runtime apptainer; "
                         f"network {net}")
     assert f"slurm: check: {shlex.join(plan.check)}" in lines
