@@ -165,8 +165,10 @@ def table_problem(net: Network) -> str | None:
         holders.setdefault(iface.ip, []).append(node)
     for ip, nodes in holders.items():
         if len(nodes) > 1:
-            return (f"the same address {ip} on {' and '.join(nodes)} (a network local to "
-                    "each host, such as Docker's bridge)")
+            where = (f"all {len(nodes)} nodes" if len(nodes) == len(members) > 2
+                     else " and ".join(nodes))
+            return (f"the same address {ip} on {where} (a network local to each host, such "
+                    "as Docker's bridge)")
     return None
 
 

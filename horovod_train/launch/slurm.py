@@ -270,9 +270,9 @@ def settings_from_env(env: dict) -> Settings:
 @dataclass(frozen=True)
 class Plan:
     """What the job runs, in order: `check`, the trainer's options, in one
-    task; `probe`, the network, in a task per node; then `main`, the ranks. With horovodrun, a container runtime
-    and more than one node, `sshd` on the other nodes first, for as long as
-    `main` runs."""
+    task; `probe`, the network, in a task per node; then `main`, the ranks.
+    With horovodrun, a container runtime and more than one node, `sshd` on
+    the other nodes first, for as long as `main` runs."""
     main: list[str]
     check: list[str]
     cwd: str | None
