@@ -56,6 +56,9 @@ def hosts_needed(item) -> int:
     3: routed hosts, 4: hosts with a second network."""
     names = set(item.fixturenames)
     params = getattr(item, "callspec", None)
+    # A test may name its hosts' fixture as a parameter (request.getfixturevalue).
+    names |= {value for value in (params.params.values() if params else ())
+              if isinstance(value, str)}
     if "routed_cluster" in names:
         return 3
     if "two_network_cluster" in names:

@@ -9,7 +9,8 @@ from conftest import assert_trained, horovodrun, interface_renamed
 
 pytestmark = pytest.mark.slow
 
-EPOCHS = ["--epochs", "3"]
+# One epoch of 8,000 digits on 4 ranks reaches the accuracy assert_trained asks for.
+EPOCHS = ["--epochs", "1"]
 
 
 @pytest.mark.cluster
