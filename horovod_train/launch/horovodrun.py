@@ -25,7 +25,8 @@ checks, before anything starts:
 A problem is one line, `launch: error: ...`, and exit 2, before any rank
 starts. The first line of a run says the network and why the others were
 left out. Otherwise horovodrun replaces this process with the same arguments,
-but for -hostfile FILE, which becomes -H with the hosts FILE lists:
+but for the network's (above) and -hostfile FILE, which becomes -H with the
+hosts FILE lists:
 horovodrun's own hostfile reader fails on comments, blank lines and a host
 without slots=. The project's Open MPI settings (docker/openmpi-mca-params.conf:
 mpirun notices a host that stopped answering) come with it as OMPI_MCA_*
