@@ -97,8 +97,11 @@ def named_network(argv: list[str], command: list[str], env: dict) -> list[str] |
     order) or HVT_NETWORK_INTERFACE, which mean one thing; a UserError where
     both are given and differ."""
     flag = [value for _, value in nic_options(argv[:len(argv) - len(command)])]
-    from_flag = network.parse_named(",".join(flag), "--network-interface") if flag else None
-    from_env = network.parse_named(env.get("HVT_NETWORK_INTERFACE"))
+    try:
+        from_flag = network.parse_named(",".join(flag), "--network-interface") if flag else None
+        from_env = network.parse_named(env.get("HVT_NETWORK_INTERFACE"))
+    except ValueError as err:
+        raise UserError(str(err)) from None
     if from_flag and from_env and from_flag != from_env:
         raise UserError(f"--network-interface {','.join(from_flag)} and HVT_NETWORK_INTERFACE="
                         f"{','.join(from_env)} disagree: give one")

@@ -348,6 +348,18 @@ def test_the_flag_and_the_variable_name_a_network_the_same_way(argv, env, named)
     assert horovodrun.named_network(argv, command, env) == named
 
 
+@pytest.mark.parametrize("argv, env, message", [
+    (["--network-interface", "a:", *COMMAND], {},
+     "--network-interface=a:: 'a:' is not an interface name, HOST:NAME or an IPv4 network"),
+    ([*COMMAND], {"HVT_NETWORK_INTERFACE": "10.0.0.1/24"},
+     "HVT_NETWORK_INTERFACE=10.0.0.1/24: '10.0.0.1/24' is not an interface name"),
+])
+def test_a_network_launch_sh_cannot_read_is_one_error(argv, env, message):
+    with pytest.raises(UserError) as error:
+        horovodrun.named_network(argv, COMMAND, env)
+    assert str(error.value).startswith(message) and "\n" not in str(error.value)
+
+
 def test_a_flag_and_a_variable_that_disagree_are_one_error():
     with pytest.raises(UserError, match="^--network-interface eth0 and HVT_NETWORK_INTERFACE="
                                         "ens5 disagree: give one$"):
