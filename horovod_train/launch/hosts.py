@@ -17,9 +17,8 @@ than slots) and M below N is refused. horovodrun's own hostfile reader takes
 none of this but `HOST slots=N` lines, so launchers hand it the -H list of
 the hosts read here (`host_list`), never the file.
 
-An interface the user names for horovodrun (--network-interfaces) is read
-on every host too, and checked as launch/network.py checks one: horovodrun
-then skips its own probe and trusts the name.
+The network probe runs on every host over ssh too (probe_command,
+choose_network; the rules are launch/network.py's).
 
 Every problem is a UserError of one line that names the host, or the
 hostfile and line, and what is wrong."""

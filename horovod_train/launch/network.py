@@ -33,12 +33,9 @@ them so, and each rank turns them into its own host's interface names for
 Gloo and NCCL (core/interfaces.py, core/runtime.py; in the project's
 Horovod, horovod/common/networks.py).
 
-    python -m horovod_train.launch.network list    this host's interfaces, as JSON
-    python -m horovod_train.launch.network probe   one node's part of the probe
-
-Standard library only (and core/interfaces.py, which reads the interfaces
-and is the node's part of the probe): the probe runs under the batch
-step's python on every node, or over ssh.
+Standard library only, and core/interfaces.py, which reads the interfaces
+and is the node's part of the probe (`python -m horovod_train.core.interfaces
+probe`, under the batch step's python on every node, or over ssh).
 """
 
 import contextlib
@@ -48,16 +45,13 @@ import json
 import queue
 import re
 import subprocess
-import sys
 import threading
 import time
 
 from horovod_train.core.interfaces import (
-    SOURCE,  # noqa: F401 (hosts.py sends it to other hosts: python3 - list)
+    SOURCE,  # noqa: F401 (hosts.py sends it to other hosts: python3 -c SOURCE probe)
     Interface,
     interfaces_from_json,
-    local_interfaces,
-    probe_task,
 )
 
 
@@ -473,16 +467,3 @@ def decide(tables: dict[str, list[Interface]], connect, named: list[str] | None 
         passed, rejected = [best], {**rejected, **slower}
     return Choice(passed, bool(named), rejected)
 
-
-def main(argv: list[str]) -> int:
-    if argv == ["list"]:
-        print(json.dumps([dataclasses.asdict(iface) for iface in local_interfaces()]))
-        return 0
-    if argv[:1] == ["probe"] and len(argv) <= 2:
-        return probe_task(*argv[1:])
-    print(__doc__.strip(), file=sys.stderr if argv not in (["-h"], ["--help"]) else sys.stdout)
-    return 0 if argv in (["-h"], ["--help"]) else 2
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -12,7 +12,7 @@ in turn:
 
     srun --ntasks 1 ... python TRAINER OPTIONS... --check-options
                                        the trainer's options, checked once
-    srun --ntasks-per-node 1 ... python -m horovod_train.launch.network probe
+    srun --ntasks-per-node 1 ... python -m horovod_train.core.interfaces probe
                                        the network every node reaches every
                                        other on (launch/network.py)
     srun --mpi=pmix --ntasks=4 ... python TRAINER OPTIONS...
@@ -356,7 +356,7 @@ def make_plan(allocation: Allocation, settings: Settings, trainer_args: list[str
     probe = ["srun", f"--nodes={len(allocation.nodes)}", f"--ntasks={len(allocation.nodes)}",
              "--ntasks-per-node=1", "--mpi=none", "--input=all",
              f"--chdir={settings.checkout}", sys.executable, "-m",
-             "horovod_train.launch.network", "probe"]
+             "horovod_train.core.interfaces", "probe"]
     if settings.launcher == "srun":
         ranks = ["--mpi=pmix", "--kill-on-bad-exit=1",
                  f"--ntasks={rank_count(allocation, settings)}",

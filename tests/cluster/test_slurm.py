@@ -118,7 +118,7 @@ def probe_step(checkout=REPO) -> list[str]:
     """The network probe's step: the batch step's Python, in the checkout."""
     return ["srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--mpi=none",
             "--input=all", f"--chdir={checkout}", sys.executable, "-m",
-            "horovod_train.launch.network", "probe"]
+            "horovod_train.core.interfaces", "probe"]
 
 
 PROBE = probe_step()

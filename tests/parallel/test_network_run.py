@@ -1,12 +1,12 @@
 """This machine's interfaces as the kernel reports them (iproute2), read by
-horovod_train/launch/network.py, also under a bare python. The rules
-that choose among them are test_network.py's."""
+horovod_train/core/interfaces.py, also under a bare python. The rules
+that choose among them (launch/network.py) are test_network.py's."""
 
 import json
 import subprocess
 
-from horovod_train.launch import network
-from horovod_train.launch.network import Interface
+from horovod_train.core import interfaces
+from horovod_train.core.interfaces import Interface
 
 
 def test_this_machines_interfaces_are_what_iproute2_reports():
@@ -14,7 +14,7 @@ def test_this_machines_interfaces_are_what_iproute2_reports():
     and its first IPv4 address."""
     listed = json.loads(subprocess.run(["ip", "-j", "addr", "show"], capture_output=True,
                                        text=True, check=True).stdout)
-    found = {iface.name: iface for iface in network.local_interfaces()}
+    found = {iface.name: iface for iface in interfaces.local_interfaces()}
     assert set(found) == {item["ifname"] for item in listed}
     for item in listed:
         iface = found[item["ifname"]]
@@ -26,7 +26,8 @@ def test_this_machines_interfaces_are_what_iproute2_reports():
 
 
 def test_list_prints_the_interfaces_as_json_under_a_bare_python():
-    result = subprocess.run(["python3", "-", "list"], input=network.SOURCE.read_text(),
+    result = subprocess.run(["python3", "-", "list"], input=interfaces.SOURCE.read_text(),
                             capture_output=True, text=True, timeout=30, env={"PATH": "/usr/bin"})
     assert result.returncode == 0, result.stderr
-    assert network.interfaces_from_json(json.loads(result.stdout)) == network.local_interfaces()
+    listed = interfaces.interfaces_from_json(json.loads(result.stdout))
+    assert listed == interfaces.local_interfaces()
