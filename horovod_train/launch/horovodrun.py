@@ -96,7 +96,7 @@ def named_network(argv: list[str], command: list[str], env: dict) -> list[str] |
     """The network the user named: --network-interface(s) (as written, in
     order) or HVT_NETWORK_INTERFACE, which mean one thing; a UserError where
     both are given and differ."""
-    flag = [value for _, value in nic_options(argv[:len(argv) - len(command)])]
+    flag = [value for _, _, value in nic_options(argv[:len(argv) - len(command)])]
     try:
         from_flag = network.parse_named(",".join(flag), "--network-interface") if flag else None
         from_env = network.parse_named(env.get("HVT_NETWORK_INTERFACE"))
@@ -108,26 +108,24 @@ def named_network(argv: list[str], command: list[str], env: dict) -> list[str] |
     return from_flag or from_env or None
 
 
-def nic_options(options: list[str]) -> list[tuple[int, str]]:
+def nic_options(options: list[str]) -> list[tuple[int, int, str]]:
     """Where --network-interface(s) are among horovodrun's options: the
-    index of each, and its value."""
+    index of each, how many words it takes (1 for --option=VALUE, else 2),
+    and its value."""
     found = []
     for index, word in enumerate(options):
         name, equals, value = word.partition("=")
         if name in ("--network-interface", "--network-interfaces"):
-            found.append((index, value if equals else
-                          options[index + 1] if index + 1 < len(options) else ""))
+            found.append((index, 1, value) if equals else
+                         (index, 2, options[index + 1] if index + 1 < len(options) else ""))
     return found
 
 
 def with_nics(argv: list[str], command: list[str], nics: str) -> list[str]:
     """argv with the user's --network-interface(s) replaced by the probe's choice."""
     options, rest = argv[:len(argv) - len(command)], argv[len(argv) - len(command):]
-    dropped = set()
-    for index, value in nic_options(options):
-        dropped.add(index)
-        if options[index] != f"{options[index].partition('=')[0]}={value}":
-            dropped.add(index + 1)
+    dropped = {index + word for index, words, _ in nic_options(options)
+               for word in range(words)}
     kept = [word for index, word in enumerate(options) if index not in dropped]
     return ["--network-interfaces", nics, *kept, *rest]
 
