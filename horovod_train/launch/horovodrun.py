@@ -139,9 +139,7 @@ def choose_network(args: argparse.Namespace, argv: list[str], listed: list[hosts
     if len(names) < 2 or all(hosts.is_local(name) for name in names):
         return argv  # one host: horovodrun uses loopback
     choice = hosts.choose_network(names, named, args.ssh_port, args.ssh_identity_file, env)
-    print(f"launch: network {choice.title} ({'as set' if choice.named else 'chosen'})"
-          + "".join(f"; not {title}: {why}" for title, why in choice.rejected.items()),
-          flush=True)
+    print("; ".join([f"launch: network {choice.said}", *choice.left_out]), flush=True)
     return with_nics(argv, args.command, choice.horovodrun_nics)
 
 

@@ -331,6 +331,16 @@ class Choice:
         return ", ".join(net.title for net in self.networks)
 
     @property
+    def said(self) -> str:
+        """The choice as a run's first line says it."""
+        return f"{self.title} ({'as set' if self.named else 'chosen'})"
+
+    @property
+    def left_out(self) -> list[str]:
+        """Each other candidate and why not, as a run's first lines say it."""
+        return [f"not {title}: {why}" for title, why in self.rejected.items()]
+
+    @property
     def horovodrun_nics(self) -> str:
         """horovodrun's --network-interfaces: the interface names where every
         node calls each chosen network by one name (horovodrun as its users

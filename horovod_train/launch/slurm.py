@@ -551,18 +551,14 @@ def describe(allocation: Allocation, settings: Settings, plan: Plan,
     the layers' variables the user set, `kept`), the commands."""
     how = ("each a Slurm task (srun --mpi=pmix)" if settings.launcher == "srun"
            else "started by horovodrun over ssh")
-    if choice:
-        net = f"{choice.title} ({'as set' if choice.named else 'chosen'})"
-    else:
-        net = "chosen by the probe when the job runs"
+    net = choice.said if choice else "chosen by the probe when the job runs"
     lines = [f"slurm: job {allocation.job_id}: {rank_count(allocation, settings)} ranks on "
              f"{allocation.host_list}, {how}, runtime {settings.runtime}"
              + (f", restart {allocation.restarts}" if allocation.restarts else "")
              + f"; network {net}"
              + "".join(f", {name}={value} as set" for name, value in (kept or {}).items())]
-    if choice and choice.rejected:
-        lines.append("slurm: network: " + "; ".join(
-            f"not {name}: {why}" for name, why in choice.rejected.items()))
+    if choice and choice.left_out:
+        lines.append("slurm: network: " + "; ".join(choice.left_out))
     steps = [("check", plan.check), ("probe", plan.probe), ("sshd step", plan.sshd)]
     lines += [f"slurm: {name}: {shlex.join(argv)}" for name, argv in steps if argv and not choice]
     lines.append(f"slurm: run{f' in {plan.cwd}' if plan.cwd else ''}: {shlex.join(plan.main)}")
