@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Container start: make this node's SSH host key (never at build time, so no
-# two containers share one), install the cluster's keys from a mounted
-# directory, start sshd on the cluster's port, then run the given command.
+# Container start: check the NVIDIA driver against the image's CUDA, make
+# this node's SSH host key (never at build time, so no two containers share
+# one), install the cluster's keys from a mounted directory, start sshd on
+# the cluster's port, then run the given command.
 #
 #   HVT_KEYS_DIR       where scripts/cluster_keys.sh's output is mounted
 #                      (default /etc/horovod/keys): id_ed25519,
@@ -15,6 +16,10 @@ set -euo pipefail
 
 keys=${HVT_KEYS_DIR:-/etc/horovod/keys}
 port=${HVT_SSH_PORT:-12345}
+
+# First, whether the host's NVIDIA driver runs the image's CUDA: one line
+# naming both, instead of torch quietly finding no GPU.
+/opt/venv/bin/python /opt/horovod-env/check_driver.py
 
 if [[ ! -f /etc/ssh/ssh_host_ed25519_key ]]; then
   ssh-keygen -q -t ed25519 -N '' -C "host-$(hostname)" -f /etc/ssh/ssh_host_ed25519_key
