@@ -1,14 +1,17 @@
 """Whether this GPU host can run the build: the NVIDIA driver must support
-the CUDA release torch and Horovod were built with, and the GPU's compute
+the CUDA release torch and Horovod were built with, the GPU's compute
 capability must be among the architectures Horovod's CUDA kernels were
 compiled for (setup's --cuda-archs, recorded in the environment's
-horovod-build.json). Otherwise the first CUDA call fails deep inside torch
-(a driver too old makes CUDA quietly unavailable) or inside a Horovod
-kernel launch ("no kernel image is available"); the trainer says why in one
-line instead, before any rank trains."""
+horovod-build.json), and every rank of the host needs a GPU of its own.
+Otherwise the first CUDA call fails deep inside torch (a driver too old
+makes CUDA quietly unavailable), inside a Horovod kernel launch ("no kernel
+image is available") or in NCCL (two ranks on one GPU), or a GPU build
+trains on the CPU without a word; the trainer says why in one line
+instead, before any rank trains."""
 
 import ctypes
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -18,7 +21,8 @@ from horovod_train.core.errors import UserError
 BUILD_RECORD = "horovod-build.json"  # docker/env/build_horovod.py writes it into the prefix
 DRIVER_VERSION_FILE = Path("/proc/driver/nvidia/version")
 # The oldest Linux driver of each CUDA major (NVIDIA's CUDA release notes):
-# minor releases of a major run on its first driver.
+# every minor release of a major runs on its first driver (CUDA's minor
+# version compatibility), so the check compares majors.
 FIRST_DRIVER = {12: "525.60.13", 13: "580.65.06"}
 
 
@@ -51,15 +55,19 @@ def driver_version() -> str | None:
 
 def driver_problem(supported: int, needed: str, driver: str | None) -> str | None:
     """Why a driver that supports CUDA `supported` (12040) cannot run a build
-    for CUDA `needed` ("13.0"), or None."""
-    major, minor = (int(part) for part in needed.split(".")[:2])
-    if supported >= major * 1000 + minor * 10:
+    for CUDA `needed` ("13.0"), or None. A driver of the same major runs it
+    (a 12.2 driver runs a 12.8 build): only a PTX the driver must compile
+    would need the newer minor, and the build's kernels are native code for
+    every architecture it lists."""
+    major = int(needed.split(".")[0])
+    if supported // 1000 >= major:
         return None
     first = FIRST_DRIVER.get(major)
     return (f"the NVIDIA driver{f' {driver}' if driver else ''} supports CUDA up to "
             f"{cuda_text(supported)}, and this build of torch and Horovod needs CUDA {needed}"
             + (f" (driver {first} or newer)" if first else "")
-            + ": update the driver, or train on the CPU with --no-cuda")
+            + ": update the driver (on data-centre GPUs NVIDIA's cuda-compat package also "
+            "serves), or train on the CPU with --no-cuda")
 
 
 def arch_number(arch: str) -> int:
@@ -102,6 +110,30 @@ def architecture_problem(capability: tuple[int, int], name: str, archs: list[str
             f"are compiled for {', '.join('sm_' + arch for arch in archs)} (PTX compute_{newest}): "
             f"rebuild with --cuda-archs {major}{minor},... (docker build --build-arg "
             f"CUDA_ARCHS=...), or train on the CPU with --no-cuda")
+
+
+def visible_devices() -> str:
+    """The GPUs the process was given, as the user would name them."""
+    return (f"CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']!r}"
+            if "CUDA_VISIBLE_DEVICES" in os.environ else "CUDA_VISIBLE_DEVICES unset")
+
+
+def no_gpu_problem(host: str, driver_found: bool) -> str:
+    """A build with NCCL GPU operations on a host where torch sees no GPU."""
+    why = "torch finds no CUDA device" if driver_found else "no NVIDIA driver is loaded"
+    return (f"this Horovod is built for GPUs (NCCL), and host {host} has none to use ({why}; "
+            f"{visible_devices()}): give it its GPUs (docker run --gpus, "
+            "docker/compose.gpu.yaml, srun --gpus-per-task), or train on the CPU with --no-cuda")
+
+
+def gpu_count_problem(host: str, local_ranks: int, gpus: int) -> str | None:
+    """More ranks on a host than GPUs it sees: NCCL refuses two ranks on one
+    GPU, and sharing one would only slow both."""
+    if local_ranks <= gpus:
+        return None
+    return (f"host {host} runs {local_ranks} ranks and sees {gpus} GPU{'s' if gpus != 1 else ''} "
+            f"({visible_devices()}): one GPU per rank; give it at most {gpus} "
+            f"(-H {host}:{gpus}) or more GPUs")
 
 
 def check_driver(torch) -> None:

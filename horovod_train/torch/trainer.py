@@ -3,6 +3,7 @@ checkpoints and the closing summary. Every rank runs all of it; only rank 0
 writes files and prints."""
 
 import itertools
+import socket
 import time
 
 import horovod.torch as hvd
@@ -39,12 +40,22 @@ def init(use_cuda: bool, threads: int | None,
     allocator.keep_freed_memory()
     if use_cuda:
         gpu.check_driver(torch)  # a driver too old leaves torch quietly without CUDA
+        # A build for GPUs falls back to the CPU only when asked (--no-cuda):
+        # a container started without its GPUs would otherwise train for
+        # hours on the CPU.
+        if hvd.nccl_built() and not torch.cuda.is_available():
+            raise UserError(gpu.no_gpu_problem(socket.gethostname(),
+                                               gpu.driver_cuda_version() is not None))
     use_cuda = use_cuda and torch.cuda.is_available()
     if use_cuda:
         NCCL_OUTPUT.start()
     runtime.init_horovod(hvd, cpu_tensors=not use_cuda)
     if use_cuda:
-        device = torch.device("cuda", hvd.local_rank() % torch.cuda.device_count())
+        problem = gpu.gpu_count_problem(socket.gethostname(), hvd.local_size(),
+                                        torch.cuda.device_count())
+        if problem:
+            raise UserError(problem)
+        device = torch.device("cuda", hvd.local_rank())
         torch.cuda.set_device(device)
         gpu.check_architecture(torch, device)
     else:
@@ -282,31 +293,55 @@ def batch_trainer(model, optimizer, device, amp_dtype, scaler, passes: int,
     the rest of the backward pass and, on a GPU, the host runs ahead
     queueing the next steps."""
     batches_done = itertools.count(1)
+    step_loss = None  # this rank's loss over the step's batches so far, on the device
 
     def train_batch(images, labels) -> loop.BatchSums:
+        nonlocal step_loss
         images = images.to(device, non_blocking=True)
         labels = labels.to(device, non_blocking=True)
         with autocast(device, amp_dtype):
             output = model(images)
             loss = F.cross_entropy(output, labels, label_smoothing=label_smoothing)
         scaler.scale(loss / passes).backward()
+        step_loss = loss.detach() if step_loss is None else step_loss + loss.detach()
         if next(batches_done) % passes == 0:
+            # Why here: the loss's allreduce goes in with the gradients' (the
+            # hooks submitted them during backward(), and synchronize() waits
+            # for them all anyway), fused into their cycle; once they are in,
+            # the averaged loss is too, and reading it is a copy of 4 bytes,
+            # before the update is queued. Every rank reads the same average,
+            # so all stop at this step, before the update.
+            agreed = agreed_loss(optimizer, step_loss)
+            step_loss = None
+            optimizer.synchronize()
+            loop.check_loss(hvd.synchronize(agreed).item())
+            # Horovod's pattern for loss scaling too: reduce, unscale, then
+            # step without reducing a second time.
             if scaler.is_enabled():
-                # Horovod's pattern for loss scaling: reduce, unscale, then
-                # step without reducing a second time.
-                optimizer.synchronize()
                 scaler.unscale_(optimizer)
-                with optimizer.skip_synchronize():
-                    scaler.step(optimizer)
-                scaler.update()
-            else:
-                optimizer.step()
+            with optimizer.skip_synchronize():
+                scaler.step(optimizer)
+            scaler.update()
             optimizer.zero_grad()
         with torch.no_grad():
             return (loss.detach().double() * len(labels), (output.argmax(1) == labels).sum(),
                     len(labels))
 
     return train_batch
+
+
+def agreed_loss(optimizer, loss: torch.Tensor):
+    """Start the allreduce of this rank's loss that averages it over the
+    ranks, as the Horovod optimizer reduces its gradients (same operation,
+    same scale factors, float32: Horovod fuses only such); the handle, for
+    hvd.synchronize. Adasum's combination is for gradients: a plain average
+    here."""
+    op = getattr(optimizer, "op", hvd.Average)
+    predivide = getattr(optimizer, "gradient_predivide_factor", 1.0)
+    if op != hvd.Average:
+        op, predivide = hvd.Average, 1.0
+    return hvd.allreduce_async(loss.float().reshape(1), name="loss", op=op,
+                               prescale_factor=1.0 / predivide, postscale_factor=predivide)
 
 
 @torch.no_grad()

@@ -77,6 +77,38 @@ def test_every_library_horovod_links_resolves(variant, hosts):
         assert re.search(r"libcudart\.so\.13 => /opt/venv/\S+/nvidia/cu13/lib/", ldd), ldd
 
 
+@pytest.mark.cluster
+def test_the_gpu_image_says_so_itself_when_the_driver_or_the_gpus_are_missing(variant, hosts):
+    """No NVIDIA_REQUIRE_CUDA for the runtime to refuse by: the entrypoint
+    checks the driver first (here a stand-in driver library of CUDA 12.2,
+    test_driver_check_run.py's, compiled in the container) and stops in one
+    line; and the image's NCCL build, given no GPU, refuses to train on the
+    CPU unless asked (--no-cuda, as the image's other tests ask)."""
+    if variant != "gpu":
+        pytest.skip("the CPU image has no CUDA to check")
+    from test_driver_check_run import DRIVER_SOURCE
+
+    build = ("mkdir -p /tmp/driver && cat > /tmp/driver/driver.c && cd /tmp/driver && "
+             "cc -shared -fPIC -o libcuda.so.1 driver.c && ln -sf libcuda.so.1 libnvidia-ml.so.1")
+    subprocess.run(on_host("a", ["sh", "-c", build]), input=DRIVER_SOURCE, text=True,
+                   check=True, capture_output=True, timeout=120)
+    refused = run_on("a", "env", "LD_LIBRARY_PATH=/tmp/driver", "DRIVER_CUDA=12020",
+                     "DRIVER_RELEASE=535.104.05", "/usr/local/bin/entrypoint.sh", "echo", "started")
+    assert refused.returncode == 2 and "started" not in refused.stdout, refused.stdout
+    assert refused.stderr.startswith("entrypoint: error: the NVIDIA driver 535.104.05 supports "
+                                     "CUDA up to 12.2, and this image is built for CUDA 13.0, "
+                                     "which needs driver 580.65.06 or newer"), refused.stderr
+    assert "NVIDIA_REQUIRE_CUDA" not in run_on("a", "env").stdout
+    no_gpu = run_on("a", "python", "horovod_train/pytorch_mnist.py", "--data-dir", "/data",
+                    "--no-download", "--epochs", "1", timeout=120)
+    assert no_gpu.returncode == 2, no_gpu.stdout[-2000:] + no_gpu.stderr[-2000:]
+    assert no_gpu.stderr.strip() == (
+        "pytorch_mnist.py: error: this Horovod is built for GPUs (NCCL), and host a has none to "
+        "use (no NVIDIA driver is loaded; CUDA_VISIBLE_DEVICES unset): give it its GPUs "
+        "(docker run --gpus, docker/compose.gpu.yaml, srun --gpus-per-task), or train on the "
+        "CPU with --no-cuda"), no_gpu.stderr
+
+
 # Triton (torch's kernel compiler) ships two CUPTI builds of its own, for
 # its profiler only (CUDA 12 and 13 sonames): kept as its wheel ships them.
 TRITON_PROFILER_CUPTI = "/site-packages/triton/backends/nvidia/lib/cupti"
@@ -213,6 +245,8 @@ def test_two_host_command_inside_the_image(variant, hosts, image_mounts, control
                "horovod_train/pytorch_mnist.py", "--data-dir", "/data", "--no-download",
                "--epochs", "2", "--no-progress",
                "--log-dir", f"/runs/{name}"]
+    if variant == "gpu":
+        command.append("--no-cuda")  # the NCCL build, on a host without GPUs
     if controller == "gloo":
         command.insert(1, "--gloo")
     result = run_on("a", *command, timeout=600)
@@ -261,7 +295,8 @@ def test_the_image_with_the_code_runs_the_two_host_command_with_nothing_mounted(
     with interface_renamed("b", "eth0", "ens5"):
         result = run_on("a", "horovodrun", "-np", "4", "-H", "a:2,b:2", "-p", "12345", "python",
                         "horovod_train/pytorch_mnist.py", "--data-dir", "/data", "--no-download",
-                        "--epochs", "1", "--no-progress", "--log-dir", "/tmp/run", timeout=600)
+                        "--epochs", "1", "--no-progress", "--log-dir", "/tmp/run", "--no-cuda",
+                        timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "horovodrun: no interface name common to all hosts; using the networks " \
         in result.stdout + result.stderr

@@ -44,18 +44,43 @@ def test_a_gpu_the_build_cannot_run_is_one_line_naming_both():
     assert gpu.architecture_problem((9, 0), "H100", TORCH_ARCHS) is None
 
 
-@pytest.mark.parametrize("supported, driver, message", [
-    (13000, "580.65.06", None),
-    (13010, None, None),  # a newer driver runs older CUDA 13 builds
-    (12040, "550.54.15", "the NVIDIA driver 550.54.15 supports CUDA up to 12.4, and this build "
-                         "of torch and Horovod needs CUDA 13.0 (driver 580.65.06 or newer): "
-                         "update the driver, or train on the CPU with --no-cuda"),
-    (12080, None, "the NVIDIA driver supports CUDA up to 12.8, and this build of torch and "
-                  "Horovod needs CUDA 13.0 (driver 580.65.06 or newer): update the driver, or "
-                  "train on the CPU with --no-cuda"),
+DRIVER_HINT = ("update the driver (on data-centre GPUs NVIDIA's cuda-compat package also "
+               "serves), or train on the CPU with --no-cuda")
+
+
+@pytest.mark.parametrize("supported, needed, driver, message", [
+    (13000, "13.0", "580.65.06", None),
+    (13010, "13.0", None, None),  # a newer driver runs older CUDA 13 builds
+    (12020, "12.8", "535.104.05", None),  # minor version compatibility: same major
+    (12040, "13.0", "550.54.15", "the NVIDIA driver 550.54.15 supports CUDA up to 12.4, and "
+                                 "this build of torch and Horovod needs CUDA 13.0 (driver "
+                                 "580.65.06 or newer): " + DRIVER_HINT),
+    (12080, "13.0", None, "the NVIDIA driver supports CUDA up to 12.8, and this build of torch "
+                          "and Horovod needs CUDA 13.0 (driver 580.65.06 or newer): "
+                          + DRIVER_HINT),
+    (11080, "12.8", None, "the NVIDIA driver supports CUDA up to 11.8, and this build of torch "
+                          "and Horovod needs CUDA 12.8 (driver 525.60.13 or newer): "
+                          + DRIVER_HINT),
 ])
-def test_a_driver_too_old_for_the_builds_cuda_is_one_line(supported, driver, message):
-    assert gpu.driver_problem(supported, "13.0", driver) == message
+def test_a_driver_of_an_older_cuda_major_is_one_line(supported, needed, driver, message):
+    assert gpu.driver_problem(supported, needed, driver) == message
+
+
+def test_more_ranks_on_a_host_than_gpus_is_one_line_naming_all_three(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    assert gpu.gpu_count_problem("a", 4, 2) == (
+        "host a runs 4 ranks and sees 2 GPUs (CUDA_VISIBLE_DEVICES='0,1'): one GPU per rank; "
+        "give it at most 2 (-H a:2) or more GPUs")
+    assert gpu.gpu_count_problem("a", 2, 2) is None
+    assert gpu.gpu_count_problem("a", 1, 8) is None
+
+
+def test_a_gpu_build_without_a_gpu_names_the_host_and_the_way_to_the_cpu(monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    message = gpu.no_gpu_problem("b", driver_found=False)
+    assert message.startswith("this Horovod is built for GPUs (NCCL), and host b has none to use "
+                              "(no NVIDIA driver is loaded; CUDA_VISIBLE_DEVICES unset)")
+    assert message.endswith("or train on the CPU with --no-cuda")
 
 
 def test_the_build_record_gives_the_architectures(tmp_path):
