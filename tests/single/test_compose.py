@@ -5,8 +5,11 @@ compose.rdma.yaml."""
 
 import re
 
+import pytest
 import yaml
 from conftest import REPO
+
+from horovod_train.launch.hosts import IMAGE_SSH_PORT
 
 COMPOSE_FILE = REPO / "docker" / "compose.yaml"
 RDMA_FILE = REPO / "docker" / "compose.rdma.yaml"
@@ -21,8 +24,20 @@ def test_services_are_nodes_a_and_b_with_matching_hostnames():
     for name, service in services.items():
         assert service["hostname"] == name
         assert service["environment"]["HVT_CLUSTER_HOSTS"].split() == ["a", "b"]
-        assert service["environment"]["HVT_SSH_PORT"] == "12345"
+        assert service["environment"]["HVT_SSH_PORT"] == str(IMAGE_SSH_PORT)
         assert service["networks"] == ["cluster"]
+
+
+def test_the_images_sshd_port_is_one_number_everywhere_in_the_image():
+    """The image's port, defined once for the tools (hosts.IMAGE_SSH_PORT),
+    is the one its files start sshd on and announce."""
+    docker = REPO / "docker"
+    assert re.findall(r"^Port (\d+)$", (docker / "sshd_config").read_text(), re.M) == [
+        str(IMAGE_SSH_PORT)]
+    assert re.findall(r"^port=\$\{HVT_SSH_PORT:-(\d+)\}$",
+                      (docker / "entrypoint.sh").read_text(), re.M) == [str(IMAGE_SSH_PORT)]
+    assert re.findall(r"^EXPOSE (\d+)$", (docker / "Dockerfile").read_text(), re.M) == [
+        str(IMAGE_SSH_PORT)]
 
 
 def test_keys_are_mounted_read_only_and_shm_is_large():
@@ -32,10 +47,39 @@ def test_keys_are_mounted_read_only_and_shm_is_large():
         assert service["shm_size"].endswith("gb") and int(service["shm_size"][:-2]) >= 1
 
 
-def test_gpu_override_reserves_nvidia_gpus_for_both_nodes():
-    for name in ("a", "b"):
-        devices = GPU["services"][name]["deploy"]["resources"]["reservations"]["devices"]
-        assert devices == [{"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]
+def gpus_given(environment: dict) -> dict[str, list[str]]:
+    """Each node's GPUs as compose.gpu.yaml gives them under `environment`
+    (Compose's ${VAR:-default}; the NVIDIA runtime joins the list with commas
+    and splits it again)."""
+    given = {}
+    for name, service in GPU["services"].items():
+        (device,) = service["deploy"]["resources"]["reservations"]["devices"]
+        assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"]
+        assert "count" not in device  # count: all would give every node every GPU
+        ids = ",".join(re.sub(r"\$\{(\w+):-([^}]*)\}",
+                              lambda m: environment.get(m[1]) or m[2], item)
+                       for item in device["device_ids"])
+        given[name] = ids.split(",")
+    return given
+
+
+@pytest.mark.parametrize("environment", [
+    {},  # the defaults: one GPU each
+    {"HVT_GPUS_A": "0,1,2,3", "HVT_GPUS_B": "4,5,6,7"},
+    {"HVT_GPUS_A": "GPU-3b1f0c2e", "HVT_GPUS_B": "GPU-9d5e77aa"},
+])
+def test_gpu_override_gives_each_node_its_own_gpus(environment):
+    given = gpus_given(environment)
+    assert set(given) == {"a", "b"}
+    assert all(given.values())
+    assert not set(given["a"]) & set(given["b"]), given
+
+
+def test_gpu_override_says_how_to_choose_the_gpus():
+    header = (REPO / "docker" / "compose.gpu.yaml").read_text().split("\nservices:")[0]
+    assert "HVT_GPUS_A=0,1 HVT_GPUS_B=2,3" in header and "nvidia-smi -L" in header
+    assert gpus_given({"HVT_GPUS_A": "0,1", "HVT_GPUS_B": "2,3"}) == {"a": ["0", "1"],
+                                                                      "b": ["2", "3"]}
 
 
 def test_image_builds_from_docker_dir_and_code_is_the_mounted_checkout():
