@@ -27,6 +27,7 @@ from pathlib import Path
 # bare python3 too.
 from horovod_train.core.errors import ArgumentParser, RunFailed, UserError, run_main
 from horovod_train.launch.hosts import (
+    IMAGE_SSH_PORT,
     SSH_TIMEOUT_S,
     Failed,
     Host,
@@ -122,7 +123,8 @@ def main(argv: list[str]) -> int:
                              "for more, and write it with = when it starts with a dash: "
                              "--run-arg=--env=NCCL_DEBUG=INFO")
     parser.add_argument("--shm-size", default="16g")
-    parser.add_argument("--port", type=int, default=12345, help="the containers' sshd port")
+    parser.add_argument("--port", type=int, default=IMAGE_SSH_PORT,
+                        help="the containers' sshd port (default: the image's, %(default)s)")
     parser.add_argument("--engine", default="docker", help="docker or podman on the hosts")
     parser.add_argument("--keep", action="store_true", help="leave the containers running")
     parser.add_argument("--dry-run", action="store_true", help="print the commands only")

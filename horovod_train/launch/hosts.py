@@ -20,6 +20,13 @@ the hosts read here (`host_list`), never the file.
 The network probe runs on every host over ssh too (probe_command,
 choose_network; the rules are launch/network.py's).
 
+The SSH port, one rule for every tool that reaches hosts (launch.sh, the
+matrix, the Slurm job, the image's hosts): ssh's own configuration decides
+(`ssh -G`: ssh_config's `Port`, else 22), and `-p` where given overrides
+it; no tool names a port of its own. The one port the project defines is
+the image's sshd's, IMAGE_SSH_PORT, for the image's hosts (the containers
+that docker/entrypoint.sh starts), which the image's tools pass themselves.
+
 Every problem is a UserError of one line that names the host, or the
 hostfile and line, and what is wrong."""
 
@@ -54,6 +61,10 @@ HOST_NAME = re.compile(r"^[\w.-]+$")
 HOSTFILE_SETTING = re.compile(r"^(slots|max_slots)=(-?\d+)$")
 HOSTFILE_SYNTAX = "want HOST, HOST slots=N or HOST slots=N max_slots=M, # starting a comment"
 
+# The image's sshd port. docker/sshd_config, the entrypoint's HVT_SSH_PORT
+# default, docker/Dockerfile's EXPOSE and compose.yaml say the same number
+# (tests/single/test_compose.py holds them to this one).
+IMAGE_SSH_PORT = 12345
 CONNECT_TIMEOUT_S = 5  # TCP connect to a host's SSH port, and its greeting
 SSH_TIMEOUT_S = 15  # the whole ssh login, ConnectTimeout included
 LOOKUP_TIMEOUT_S = 10  # `ssh -G` and the name lookup

@@ -81,18 +81,25 @@ from pathlib import Path
 from horovod_train.core.errors import ArgumentParser, RunFailed, UserError, run_main
 from horovod_train.core.slurm_tasks import expand_tasks_per_node
 from horovod_train.launch import horovodrun, network
-from horovod_train.launch.hosts import Host, SshTarget, host_list, probe_ssh_port, total_slots
+from horovod_train.launch.hosts import (
+    IMAGE_SSH_PORT,
+    Host,
+    SshTarget,
+    host_list,
+    probe_ssh_port,
+    total_slots,
+)
 
 LAUNCHERS = ("srun", "horovodrun")
 RUNTIMES = ("venv", "apptainer", "pyxis")
 DEFAULT_TRAINER = "horovod_train/pytorch_mnist.py"
-# The image's layout (docker/Dockerfile): its venv, trainers, entrypoint and sshd port.
+# The image's layout (docker/Dockerfile): its venv, trainers and entrypoint;
+# its sshd port is hosts.IMAGE_SSH_PORT.
 IMAGE_WORKDIR = "/workspace"
 IMAGE_PYTHON = "/opt/venv/bin/python"
 IMAGE_HOROVODRUN = "/opt/venv/bin/horovodrun"
 IMAGE_ENTRYPOINT = "/usr/local/bin/entrypoint.sh"
 IMAGE_KEYS = "/etc/horovod/keys"
-IMAGE_SSH_PORT = 12345
 SSHD_WAIT_S = 600  # the other nodes' containers: pulling an image can take minutes
 STOP_GRACE_S = 20  # horovodrun's (or srun's) time to stop its ranks before it is killed
 CHECK_TIMEOUT_S = 600  # the trainer's option check: Pyxis may pull the image first
