@@ -83,7 +83,7 @@ class Cluster:
     """Where a layout's nodes come from and how they are reached."""
     hosts: tuple[str, ...] | None  # --hosts; None: the layout's hostfile
     hostfile_dir: Path
-    ssh_port: int
+    ssh_port: int | None  # --ssh-port; None: ssh's own configuration decides
     emulate: bool  # the emulated hosts a and b on this machine
     link_rate: str | None  # the emulated link's shaping, e.g. 1gbit
     link_delay: str | None
@@ -199,7 +199,7 @@ def horovod_command(settings: MatrixSettings, hosts: list[str], per_node: int,
     command = [str(Path(sys.executable).parent / "horovodrun"),
                "-np", str(len(hosts) * per_node),
                "-H", host_list([Host(name, per_node) for name in hosts]),
-               "-p", str(settings.cluster.ssh_port)]
+               *port_option(settings.cluster)]
     chosen = controller(settings, len(hosts))
     if chosen:
         command.append(f"--{chosen}")
@@ -233,9 +233,16 @@ def ddp_commands(settings: MatrixSettings, hosts: list[str], per_node: int, run_
     return commands
 
 
+def port_option(cluster: Cluster) -> list[str]:
+    """`-p PORT` for horovodrun, ssh and the hosts' check when --ssh-port
+    was given; else nothing, and ssh's configuration decides (the rule:
+    launch/hosts.py)."""
+    return ["-p", str(cluster.ssh_port)] if cluster.ssh_port is not None else []
+
+
 def ssh(cluster: Cluster, host: str) -> list[str]:
-    return ["ssh", "-p", str(cluster.ssh_port), "-o", "BatchMode=yes",
-            "-o", "ConnectTimeout=10", host]
+    return ["ssh", *port_option(cluster), "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
+            host]
 
 
 def on_cluster(cluster: Cluster, command: list[str]) -> list[str]:
@@ -291,8 +298,8 @@ def check_reachable(cluster: Cluster, hosts: list[str]) -> None:
     """hosts.check_reachable, the launcher's check, run where horovodrun and
     torchrun will run: on emulated host a with --emulate, whose names
     resolve only there."""
-    command = [sys.executable, "-m", "horovod_train.launch.hosts",
-               "-p", str(cluster.ssh_port), *hosts]
+    command = [sys.executable, "-m", "horovod_train.launch.hosts", *port_option(cluster),
+               *hosts]
     result = subprocess.run(on_cluster(cluster, command), cwd=CHECKOUT, capture_output=True,
                             text=True, timeout=120)
     if result.returncode != 0:
@@ -520,7 +527,9 @@ def parse_args(argv: list[str]) -> MatrixSettings:
                              "(horovodrun's default 1)")
     parser.add_argument("--no-cuda", action="store_true", help="run on CPUs even with GPUs")
     parser.add_argument("--threads", type=int, default=None, help="CPU threads per rank")
-    parser.add_argument("--ssh-port", type=int, default=12345)
+    parser.add_argument("--ssh-port", type=int, default=None, metavar="PORT",
+                        help="the hosts' SSH port, for horovodrun, ssh and the hosts' "
+                             "check (default: what ssh's configuration says, else 22)")
     parser.add_argument("--emulate", action="store_true",
                         help="run on the emulated hosts a and b (scripts/emulate_cluster.sh "
                              "up; brought up here if they are not)")

@@ -37,7 +37,7 @@ def test_the_controller_is_gloo_for_big_gradients_across_cpu_hosts_unless_one_is
 def layout_args(hostfile_dir, hosts=None, emulate=True, device="cpu", gpus=0):
     """The matrix's settings with these hosts and devices."""
     cluster = matrix.Cluster(hosts=tuple(hosts) if hosts else None, hostfile_dir=hostfile_dir,
-                             ssh_port=12345, emulate=emulate, link_rate=None, link_delay=None)
+                             ssh_port=None, emulate=emulate, link_rate=None, link_delay=None)
     return replace(matrix.parse_args([]), cluster=cluster, device=device, gpus=gpus)
 
 
