@@ -6,8 +6,9 @@ horovod_train/, scripts/ and benchmarks/ (run_main):
     checkpoint, an unreachable host the user named, a missing tool. One line
     `prog: error: ...` on stderr, exit 2.
   - RunFailed: the input was fine, but something started and failed: a
-    build, a subprocess, a job, a cluster that did not come up. One line
-    `prog: error: ...`, exit 1.
+    build, a subprocess, a job, a cluster that did not come up, a training
+    that diverged. One line `prog: error: ...`, exit 1; none when the line
+    was said already (`said`: by rank 0, for every rank of a job).
   - Ctrl-C: `prog: interrupted`, exit 130.
 
 Standard library only (console.py is too): scripts run under a bare
@@ -29,7 +30,18 @@ class UserError(Exception):
 
 
 class RunFailed(Exception):
-    """Something started and failed, the input being fine: exit 1."""
+    """Something started and failed, the input being fine: exit 1. With
+    said=True its line was said already (rank 0 says a job's line once, then
+    every rank ends so): exit 1 without a second one."""
+
+    def __init__(self, *args, said: bool = False):
+        super().__init__(*args)
+        self.said = said
+
+
+# The `prog` of the exit_code() running now (innermost last), for a line said
+# before the error reaches it (program()).
+_RUNNING: list[str] = []
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -45,6 +57,13 @@ def print_error(prog: str, error: Exception | str) -> None:
     """The one error line, for the rare caller that must say it before
     ending otherwise (a rank about to abort its peers)."""
     say(f"{prog}: error: {error}", sys.stderr)
+
+
+def program() -> str:
+    """The name this process's error line starts with: the `prog` that
+    exit_code runs main under (a trainer's, also in a rank horovod.run
+    started), else the script's name."""
+    return _RUNNING[-1] if _RUNNING else Path(sys.argv[0]).name
 
 
 def run_main(main: Callable[[], int | None], prog: str | None = None,
@@ -69,17 +88,21 @@ def exit_code(main: Callable[[], int | None], prog: str) -> int:
     """Run `main` and return the code the convention gives its end, having
     said the error's one line (run_main exits with it; a rank that
     horovod.run started returns it)."""
+    _RUNNING.append(prog)
     try:
         return main() or 0
     except UserError as err:
         print_error(prog, err)
         return 2
     except RunFailed as err:
-        print_error(prog, err)
+        if not err.said:
+            print_error(prog, err)
         return 1
     except KeyboardInterrupt:
         say(f"{prog}: interrupted", sys.stderr)
         return 130
+    finally:
+        _RUNNING.pop()
 
 
 def exit_now(code: int) -> None:

@@ -8,6 +8,14 @@ the framework.
 A framework's train_batch may return device tensors (PyTorch does): the
 loop only adds them up, so nothing waits for the device until the epoch's
 end, and the allreduces that backward() starts overlap the rest of the step.
+
+A loss that is not finite stops the run: each trainer's step averages the
+loss over the ranks beside the gradients and applies check_loss, so every
+rank raises NonFiniteLoss at the same step; rank 0 says where and what to
+change in one line, nothing more is written (the last checkpoint stays as
+it was), and every rank exits 1. A test loss that is not finite (the last
+step of an epoch diverged) stops the run the same way before the epoch's
+checkpoint.
 """
 
 import abc
@@ -16,7 +24,7 @@ import itertools
 import math
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, NoReturn
 
 from horovod_train.core import (
     console,
@@ -28,6 +36,7 @@ from horovod_train.core import (
     watchdog,
 )
 from horovod_train.core.config import RunConfig
+from horovod_train.core.errors import RunFailed, print_error, program
 
 # The module whose version a framework's run records (runtime.versions).
 FRAMEWORK_MODULES = {"pytorch": "torch"}
@@ -38,6 +47,56 @@ BatchSums = tuple[Any, Any, int]
 
 def no_op(*_) -> None:
     pass
+
+
+class NonFiniteLoss(RunFailed):
+    """A step's loss, averaged over the ranks, that is not a finite number
+    (check_loss): every rank raises it at the same step. The loop ends the
+    run with its own line (stop_diverged); outside the loop (a benchmark's
+    steps) it is a RunFailed of its own."""
+
+    def __init__(self, loss: float):
+        super().__init__(f"the training loss is {loss}: training diverged")
+        self.loss = loss
+        self.batch: int | None = None  # the batch's index in train_epoch's batches
+
+
+def check_loss(agreed: float) -> None:
+    """The rule, once per optimizer step, on the loss the ranks agreed on
+    (their average, reduced with the step's gradients): a nan or an infinity
+    on any one rank makes the average one, so all ranks stop together."""
+    if not math.isfinite(agreed):
+        raise NonFiniteLoss(agreed)
+
+
+def diverged_line(config: RunConfig, what: str, epoch: int, step: str, lr: float,
+                  advice: Iterable[str] = ()) -> str:
+    """The one line of a run stopped by a loss that is not finite: which
+    loss (`what`, its value), at which epoch (0-based) and step (`step`:
+    "step 3/25", or how the test loss was reached), the learning rate there,
+    what is kept, and the options to change (the trainer adds its own,
+    `advice`)."""
+    schedule = config.schedule
+    kept = (f"the checkpoint after epoch {epoch} is kept as it was" if epoch
+            else "no checkpoint was written")
+    changes = [f"lower --lr ({schedule.lr:g} in this run)",
+               f"lengthen --warmup-epochs ({schedule.warmup_epochs:g} in this run)"]
+    if config.horovod.fp16_allreduce:
+        changes.append("drop --fp16-allreduce (float16 gradients overflow)")
+    changes += advice
+    change = f"{', '.join(changes[:-1])} or {changes[-1]}"
+    return (f"training diverged: {what} at epoch {epoch + 1}/{schedule.epochs}, {step} "
+            f"(learning rate {lr:g}); stopped there, {kept}. {change[0].upper()}{change[1:]}")
+
+
+def stop_diverged(trainer: "Trainer", is_root: bool, line: str) -> NoReturn:
+    """End every rank (all of them got here at the same step): rank 0 says
+    the line, the others wait for it (a launcher ends the whole job when the
+    first rank exits), then all exit 1 without a second line."""
+    if is_root:
+        print_error(program(), line)
+    trainer.allgather_object(None, name="diverged")
+    raise RunFailed(line, said=True)
 
 
 class Trainer(abc.ABC):
@@ -120,6 +179,17 @@ class Trainer(abc.ABC):
         choices (PyTorch: its precision), or nothing."""
         return ""
 
+    def step_in_epoch(self, batch: int) -> int:
+        """The optimizer step (0-based, in the epoch) that the `batch`-th of
+        epoch_batches() belongs to: the same unless a trainer's batches
+        start mid-epoch."""
+        return batch // self.batches_per_step
+
+    def divergence_advice(self) -> list[str]:
+        """The framework's own options that can stop a loss diverging, as
+        words for diverged_line (PyTorch's float16)."""
+        return []
+
     def versions(self) -> dict:
         """Versions the run used beyond those every run records
         (runtime.versions): PyTorch on GPUs adds CUDA's and NCCL's."""
@@ -138,7 +208,11 @@ def train_epoch(train_batch: Callable[[Any, Any], BatchSums], set_lr: Callable[[
     count = 0
     for i, (images, labels) in enumerate(batches):
         set_lr(lr_at(first_step + i // batches_per_step))
-        batch_loss, batch_correct, images_in_batch = train_batch(images, labels)
+        try:
+            batch_loss, batch_correct, images_in_batch = train_batch(images, labels)
+        except NonFiniteLoss as err:
+            err.batch = i
+            raise
         loss_sum = loss_sum + batch_loss
         correct = correct + batch_correct
         count += images_in_batch
@@ -196,11 +270,18 @@ def train_one_epoch(trainer: Trainer, epoch: int, lr_at: Callable[[int], float],
             console.say(metrics.format_batch(record))
 
     tic = time.perf_counter()
-    loss_sum, correct, count = train_epoch(
-        trainer.train_batch, trainer.set_lr,
-        itertools.islice(trainer.epoch_batches(epoch), trainer.batches_per_epoch), lr_at,
-        first_step=epoch * steps_per_epoch, batches_per_step=trainer.batches_per_step,
-        after_batch=after_batch)
+    try:
+        loss_sum, correct, count = train_epoch(
+            trainer.train_batch, trainer.set_lr,
+            itertools.islice(trainer.epoch_batches(epoch), trainer.batches_per_epoch), lr_at,
+            first_step=epoch * steps_per_epoch, batches_per_step=trainer.batches_per_step,
+            after_batch=after_batch)
+    except NonFiniteLoss as err:
+        bar.close()
+        step = trainer.step_in_epoch(err.batch)
+        stop_diverged(trainer, is_root, diverged_line(
+            config, f"loss {err.loss}", epoch, f"step {step + 1}/{steps_per_epoch}",
+            lr_at(epoch * steps_per_epoch + step), trainer.divergence_advice()))
     seconds = time.perf_counter() - tic
     bar.close()
     return loss_sum, correct, count, seconds
@@ -247,6 +328,13 @@ def fit(config: RunConfig, rt, trainer: Trainer, epochs_done: int, started: floa
 
             trainer.average_buffers()
             test_metrics = evaluate(trainer, dog.beat)
+            if not math.isfinite(test_metrics["test_loss"]):
+                # The epoch's last step diverged (its loss, before the update, was
+                # finite): summed over ranks, the same on all of them.
+                stop_diverged(trainer, rt.is_root, diverged_line(
+                    config, f"test loss {test_metrics['test_loss']}", epoch,
+                    "after its last step", lr_at((epoch + 1) * steps_per_epoch - 1),
+                    trainer.divergence_advice()))
             # Every rank sees the same accuracy (summed over ranks), so all stop together.
             reached = (schedule.target_accuracy is not None
                        and test_metrics["test_accuracy"] >= schedule.target_accuracy)

@@ -187,6 +187,12 @@ class TorchTrainer(loop.Trainer):
     def describe(self) -> str:
         return f"amp {amp_name(self.amp_dtype)}"
 
+    def divergence_advice(self) -> list[str]:
+        if self.amp_dtype != torch.float16:
+            return []
+        choices = "bf16 or off" if torch.cuda.is_bf16_supported() else "off"
+        return [f"train in --amp {choices} (float16's range overflows first)"]
+
     def start_eval(self) -> None:
         self.model.eval()
 
