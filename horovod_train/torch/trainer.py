@@ -300,6 +300,7 @@ def batch_trainer(model, optimizer, device, amp_dtype, scaler, passes: int,
     queueing the next steps."""
     batches_done = itertools.count(1)
     step_loss = None  # this rank's loss over the step's batches so far, on the device
+    reduces_in_step = adasum_optimizer(optimizer)
 
     def train_batch(images, labels) -> loop.BatchSums:
         nonlocal step_loss
@@ -319,21 +320,37 @@ def batch_trainer(model, optimizer, device, amp_dtype, scaler, passes: int,
             # so all stop at this step, before the update.
             agreed = agreed_loss(optimizer, step_loss)
             step_loss = None
-            optimizer.synchronize()
-            loop.check_loss(hvd.synchronize(agreed).item())
-            # Horovod's pattern for loss scaling too: reduce, unscale, then
-            # step without reducing a second time.
-            if scaler.is_enabled():
-                scaler.unscale_(optimizer)
-            with optimizer.skip_synchronize():
-                scaler.step(optimizer)
-            scaler.update()
+            if reduces_in_step and not scaler.is_enabled():
+                # Adasum's reduction is part of its step, after the update:
+                # the check follows it (and still precedes any write).
+                optimizer.step()
+                loop.check_loss(hvd.synchronize(agreed).item())
+            else:
+                optimizer.synchronize()
+                loop.check_loss(hvd.synchronize(agreed).item())
+                # Horovod's pattern for loss scaling too: reduce, unscale, then
+                # step without reducing a second time.
+                if scaler.is_enabled():
+                    scaler.unscale_(optimizer)
+                with optimizer.skip_synchronize():
+                    scaler.step(optimizer)
+                scaler.update()
             optimizer.zero_grad()
         with torch.no_grad():
             return (loss.detach().double() * len(labels), (output.argmax(1) == labels).sum(),
                     len(labels))
 
     return train_batch
+
+
+def adasum_optimizer(optimizer) -> bool:
+    """Whether `optimizer` is Horovod's Adasum optimizer (Adasum over more
+    than one rank), whose reduction happens inside step(), after the local
+    update, and cannot be waited for apart from it."""
+    from horovod.torch.optimizer import _DistributedAdasumOptimizer
+
+    skip = "skip_synchronize"  # step() itself gets wrapped by torch (profiling hooks)
+    return type(optimizer).__dict__.get(skip) is _DistributedAdasumOptimizer.__dict__[skip]
 
 
 def agreed_loss(optimizer, loss: torch.Tensor):
