@@ -128,8 +128,17 @@ class MXNetTrainer(loop.Trainer):
             output = self.net(x)
             loss = self.loss_fn(output, y)
         loss.backward()
+        loss_sum = loss.sum()
+        # Why: the loss averaged over the ranks as the gradients are (same
+        # operation and factors), queued before them so that it overlaps
+        # them; read with the loss, which is read anyway. Every rank reads the
+        # same value, so all stop at the same step.
+        predivide = self.config.horovod.gradient_predivide_factor
+        agreed = hvd.allreduce(loss_sum, average=True, name="loss",
+                               prescale_factor=1.0 / predivide, postscale_factor=predivide)
         self.trainer.step(len(labels))  # gradient of the mean loss, averaged over ranks
-        return float(loss.sum().asscalar()), count_correct(output, y), len(labels)
+        loop.check_loss(float(agreed.asscalar()))
+        return float(loss_sum.asscalar()), count_correct(output, y), len(labels)
 
     def eval_batches(self):
         return array_data.eval_batches(self.test, self.rt.rank, self.rt.size,

@@ -127,8 +127,15 @@ class TensorFlowTrainer(loop.Trainer):
             tape, compression=self.compression, op=self.op,
             gradient_predivide_factor=self.config.horovod.gradient_predivide_factor)
         gradients = tape.gradient(mean_loss, self.model.trainable_variables)
+        # Why: the loss averaged over the ranks as the gradients are (same
+        # operation and factors), in the graph beside their allreduces, which
+        # it overlaps; train_batch reads it with the loss it reads anyway, and
+        # every rank reads the same value, so all stop at the same step.
+        predivide = self.config.horovod.gradient_predivide_factor  # 1 with Adasum
+        agreed = hvd.allreduce(tf.reshape(mean_loss, [1]), name="loss", op=hvd.Average,
+                               prescale_factor=1.0 / predivide, postscale_factor=predivide)
         self.optimizer.apply_gradients(zip(gradients, self.model.trainable_variables, strict=True))
-        return loss, count_correct(logits, labels)
+        return loss, count_correct(logits, labels), agreed[0]
 
     def inference_step(self, images, labels):
         logits = self.model(images, training=False)
@@ -139,7 +146,8 @@ class TensorFlowTrainer(loop.Trainer):
                                         self.config.schedule.seed, self.config.schedule.batch_size)
 
     def train_batch(self, images, labels) -> loop.BatchSums:
-        loss, correct = self.train_step(*as_tensors(images, labels))
+        loss, correct, agreed = self.train_step(*as_tensors(images, labels))
+        loop.check_loss(float(agreed))
         return float(loss), float(correct), len(labels)
 
     def eval_batches(self):

@@ -125,6 +125,11 @@ class ElasticTrainer(TorchTrainer):
     def commit(self) -> None:
         commit(self.state, self.events)
 
+    def step_in_epoch(self, batch: int) -> int:
+        # The batches start at the state's position (after a reset, mid-epoch),
+        # which a failed step has not moved yet.
+        return self.state.samples_done // (self.size * self.config.schedule.batch_size)
+
     def end_epoch(self, epoch: int) -> None:
         self.state.epoch, self.state.samples_done = epoch + 1, 0
         self.commit()
