@@ -5,6 +5,8 @@ models, their checkpoints across ranks) is tested through horovodrun in
 test_pytorch_mnist.py, test_train_loop.py and the elastic tests."""
 
 import json
+import math
+import re
 import socket
 import time
 
@@ -14,6 +16,7 @@ import pytest
 from horovod_train.core import (
     array_checkpoint,
     distributed,
+    errors,
     loop,
     lr_schedule,
     metrics,
@@ -64,13 +67,15 @@ class SoftmaxTrainer(loop.Trainer):
         return epochs_done
 
     def probabilities(self, points: np.ndarray) -> np.ndarray:
-        logits = np.c_[points, np.ones(len(points))] @ self.weights
-        exp = np.exp(logits - logits.max(axis=1, keepdims=True))
-        return exp / exp.sum(axis=1, keepdims=True)
+        with np.errstate(all="ignore"):  # a diverged run's infinities and nans
+            logits = np.c_[points, np.ones(len(points))] @ self.weights
+            exp = np.exp(logits - logits.max(axis=1, keepdims=True))
+            return exp / exp.sum(axis=1, keepdims=True)
 
     def sums(self, points, labels) -> loop.BatchSums:
         p = self.probabilities(points)
-        loss = -np.log(p[np.arange(len(labels)), labels]).sum()
+        with np.errstate(all="ignore"):
+            loss = -np.log(p[np.arange(len(labels)), labels]).sum()
         return loss, float((p.argmax(axis=1) == labels).sum()), len(labels)
 
     def start_epoch(self, epoch: int) -> None:
@@ -86,11 +91,13 @@ class SoftmaxTrainer(loop.Trainer):
     def train_batch(self, points, labels) -> loop.BatchSums:
         self.calls.append(("train_batch", self.lr))
         sums = self.sums(points, labels)
+        loop.check_loss(sums[0])  # one rank: its loss is the average over ranks
         p = self.probabilities(points)
         p[np.arange(len(labels)), labels] -= 1
         self.gradient += np.c_[points, np.ones(len(points))].T @ p / len(labels)
         if sum(call[0] == "train_batch" for call in self.calls) % self.batches_per_step == 0:
-            self.weights -= self.lr * self.gradient / self.batches_per_step
+            with np.errstate(all="ignore"):
+                self.weights -= self.lr * self.gradient / self.batches_per_step
             self.gradient[:] = 0
         return sums
 
@@ -230,3 +237,79 @@ def test_a_checkpoint_that_cannot_be_written_ends_the_run_in_one_line_naming_the
     assert str(raised.value) == (f"cannot write checkpoint.npz: No space left (rank 0 on "
                                  f"{socket.gethostname()})")
     assert [line["epoch"] for line in epoch_lines(trainer.config)] == [1]
+
+
+@pytest.mark.parametrize("loss", [math.nan, math.inf, -math.inf])
+def test_a_loss_that_is_not_finite_is_the_stop(loss):
+    with pytest.raises(loop.NonFiniteLoss) as raised:
+        loop.check_loss(loss)
+    assert raised.value.loss is loss or math.isnan(raised.value.loss)
+    for finite in (0.0, 2.3, 1e300):
+        loop.check_loss(finite)
+
+
+def test_the_line_names_the_step_the_loss_the_rate_what_is_kept_and_what_to_change(tmp_path):
+    config = config_of(tmp_path, "--epochs", "5", "--lr", "0.5", "--warmup-epochs", "2")
+    assert loop.diverged_line(config, "loss nan", 2, "step 7/25", 1.5) == (
+        "training diverged: loss nan at epoch 3/5, step 7/25 (learning rate 1.5); stopped "
+        "there, the checkpoint after epoch 2 is kept as it was. Lower --lr (0.5 in this run) "
+        "or lengthen --warmup-epochs (2 in this run)")
+    # --lr takes inf; float16 gradients and the framework's own options are named too.
+    fp16 = config_of(tmp_path, "--epochs", "5", "--lr", "inf", "--fp16-allreduce")
+    assert loop.diverged_line(fp16, "test loss inf", 0, "after its last step", math.nan,
+                              ["train in --amp off"]) == (
+        "training diverged: test loss inf at epoch 1/5, after its last step (learning rate "
+        "nan); stopped there, no checkpoint was written. Lower --lr (inf in this run), "
+        "lengthen --warmup-epochs (1 in this run), drop --fp16-allreduce (float16 gradients "
+        "overflow) or train in --amp off")
+
+
+def test_a_diverging_run_stops_at_the_step_with_one_line_and_writes_nothing_more(tmp_path,
+                                                                              capsys):
+    """One good epoch, then resumed at a rate that diverges: the run stops
+    at the step whose loss is not finite, as the trainers end (exit_code):
+    one line, exit 1; the checkpoint, metrics and summary of the good epoch
+    stay byte for byte."""
+    good = SoftmaxTrainer(config_of(tmp_path, "--epochs", "1"))
+    fit(good)
+    outputs = good.config.outputs
+    kept = {path: path.read_bytes() for path in (
+        array_checkpoint.checkpoint_path(outputs.checkpoint_dir),
+        outputs.log_dir / metrics.METRICS_NAME, outputs.log_dir / metrics.SUMMARY_NAME)}
+    capsys.readouterr()
+
+    diverging = SoftmaxTrainer(config_of(tmp_path, "--epochs", "3", "--resume", "--lr", "1e300"))
+    assert errors.exit_code(lambda: fit(diverging, diverging.restore()), "trainer") == 1
+    captured = capsys.readouterr()
+    # Its first step's loss is finite; its update is not. The rate: step 2 of epoch 2's.
+    rate = lr_schedule.learning_rate(11, 10, 3, 1e300, 1.0, 1.0)
+    assert re.fullmatch(
+        rf"trainer: error: training diverged: loss (nan|inf) at epoch 2/3, step 2/10 "
+        rf"\(learning rate {re.escape(f'{rate:g}')}\); stopped there, the checkpoint after "
+        r"epoch 1 is kept as it was\. Lower --lr \(1e\+300 in this run\) or lengthen "
+        r"--warmup-epochs \(1 in this run\)\n", captured.err), captured.err
+    assert [call for call in diverging.calls if call[0] != "train_batch"] == [
+        ("start_epoch", 1)]
+    assert len([call for call in diverging.calls if call[0] == "train_batch"]) == 2
+    assert {path: path.read_bytes() for path in kept} == kept
+
+
+class LastStepDiverges(SoftmaxTrainer):
+    """A rate that blows up the weights at the last step of epoch 2 only:
+    every training loss is finite, the test loss after it is not."""
+
+    def learning_rate(self, step: int, scheduled) -> float:
+        return 1e300 if step == 2 * self.batches_per_epoch - 1 else scheduled(step)
+
+
+def test_a_test_loss_that_is_not_finite_stops_the_run_before_the_epochs_checkpoint(tmp_path,
+                                                                                  capsys):
+    trainer = LastStepDiverges(config_of(tmp_path, "--epochs", "3"))
+    assert errors.exit_code(lambda: fit(trainer), "trainer") == 1
+    line = capsys.readouterr().err
+    assert re.fullmatch(r"trainer: error: training diverged: test loss (nan|inf) at epoch 2/3, "
+                        r"after its last step \(learning rate 1e\+300\); stopped there, the "
+                        r"checkpoint after epoch 1 is kept as it was\. .*\n", line), line
+    assert [call[1:] for call in trainer.calls if call[0] == "checkpoint"] == [(1, 1)]
+    assert [line["epoch"] for line in epoch_lines(trainer.config)] == [1]
+    assert not (trainer.config.outputs.log_dir / metrics.SUMMARY_NAME).exists()
