@@ -1,12 +1,13 @@
 """An elastic run on this machine (horovodrun --min-np/--max-np, the host
 discovery script listing localhost): --resume goes on from the per-epoch
-checkpoint, as a run of whole epochs does. Hosts lost and regained:
-tests/cluster/test_elastic.py."""
+checkpoint, as a run of whole epochs does, and a resume at a rate that
+diverges ends the job. Hosts lost and regained: tests/cluster/test_elastic.py."""
 
 import json
 import os
 import subprocess
 
+import diverged
 import pytest
 from conftest import BIN, REPO, TRAINER
 
@@ -52,3 +53,15 @@ def test_elastic_resume_goes_on_from_the_checkpoint(small_mnist_dir, tmp_path):
     commits = [json.loads(line) for line in lines if '"commit"' in line]
     assert (commits[0]["epoch"], commits[0]["samples_done"]) == (1, 0), commits[:3]
     assert all(c["epoch"] >= 1 for c in commits)
+
+    # Resumed at a rate that diverges: the job ends (exit 1, rank 0's line,
+    # the checkpoint as it was), not a failure Horovod Elastic recovers from.
+    earlier = diverged.earlier_outputs(log_dir)
+    events = len((log_dir / "elastic.jsonl").read_text().splitlines())
+    diverging = elastic_run(hosts_file, small_mnist_dir, log_dir, "--epochs", "3",
+                            *diverged.DIVERGING)
+    diverged.assert_stopped(diverging.returncode, diverging.stdout + diverging.stderr,
+                            "pytorch_mnist.py", "3/3", earlier)
+    after = [json.loads(line)["event"]
+             for line in (log_dir / "elastic.jsonl").read_text().splitlines()[events:]]
+    assert after == ["commit"], after  # the checkpoint's commit; no reset, no later commit

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import time
 
+import diverged
 import pytest
 from conftest import BIN, REPO, TRAINER, assert_trained, horovodrun
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -114,10 +115,18 @@ def test_resume_without_a_checkpoint_says_so_and_starts_from_epoch_1(small_mnist
 
 
 def test_resume_refuses_a_checkpoint_of_another_model(small_mnist_dir, tmp_path):
+    """And first, resumed at a rate that diverges (over MPI): the run stops
+    at the step in one line from rank 0, exit 1, and the checkpoint it
+    resumed from stays as it was."""
     common = ["-np", "2", "-H", "localhost:2", "--gloo"]
     data = ["--data-dir", str(small_mnist_dir), "--no-download", "--epochs", "1"]
     first = horovodrun(common, data, tmp_path / "run")
     assert first.returncode == 0, first.output[-3000:]
+    earlier = diverged.earlier_outputs(tmp_path / "run")
+    diverging = horovodrun(["-np", "2", "-H", "localhost:2", "--mpi"],
+                           [*data, "--epochs", "2", *diverged.DIVERGING], tmp_path / "run")
+    diverged.assert_stopped(diverging.returncode, diverging.output, "pytorch_mnist.py", "2/2",
+                            earlier)
     second = horovodrun(common, [*data, "--resume", "--model", "horovod_example"],
                         tmp_path / "run")
     assert second.returncode != 0

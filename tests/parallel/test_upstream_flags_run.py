@@ -5,14 +5,16 @@ by the trainer itself through horovod.run (--num-proc, --hosts,
 do. Those that cannot run together or here:
 --use-adasum (MPI only, and not with a predivide factor) in a run of its own
 over MPI; --use-mixed-precision (CUDA only) refused on this CPU machine in
-one line, as upstream refuses it."""
+one line, as upstream refuses it. MXNet's flags also resume its run under
+horovodrun at a rate that diverges (diverged.py)."""
 
 import json
 import subprocess
 
+import diverged
 import pytest
 import upstream_flags
-from conftest import BIN, REPO, require_framework
+from conftest import BIN, REPO, horovodrun, require_framework
 
 pytestmark = pytest.mark.slow
 
@@ -67,6 +69,19 @@ def test_mxnet_examples_command_line(small_mnist_dir, tmp_path):
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["size"] == 2 and summary["framework"] == "mxnet"
     assert summary["options"]["gradient_predivide_factor"] == 2.0
+
+    # The same flags under horovodrun, resumed at a rate that diverges: the
+    # run stops at the step in one line from rank 0, the checkpoint as it
+    # was; float16 gradients are named among what to change.
+    earlier = diverged.earlier_outputs(tmp_path / "run")
+    diverging = horovodrun(["-np", "2", "-H", "localhost:2", "--gloo"], upstream_flags.argv(
+        flags, leave_out=tuple(f.flag for f in upstream_flags.LAUNCH)) + [
+        "--data-dir", str(small_mnist_dir), "--no-download", "--epochs", "2",
+        *diverged.DIVERGING], tmp_path / "run", trainer="horovod_train/mxnet_mnist.py")
+    diverged.assert_stopped(diverging.returncode, diverging.output, "mxnet_mnist.py", "2/2",
+                            earlier, "Lower --lr (1e+30 in this run), lengthen --warmup-epochs "
+                            "(1 in this run) or drop --fp16-allreduce (float16 gradients "
+                            "overflow)")
 
 
 def test_tensorflow2_examples_command_line(small_mnist_dir, tmp_path):
