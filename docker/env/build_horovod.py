@@ -348,7 +348,10 @@ def build_wheel(args, sdist: Path, env: dict, entry: Path, inputs: dict) -> None
             f"{'NCCL' if 'HOROVOD_GPU_OPERATIONS' in env else 'no'} GPU operations), "
             f"-j{args.jobs}; this takes minutes")
         # The environment's own tools first (cmake comes from its "build" extra).
-        path = f"{Path(args.python).parent}{os.pathsep}{env.get('PATH', os.environ['PATH'])}"
+        # Absolute: pip builds in the unpacked sdist, where a relative
+        # --python (setup.sh's .venv/bin/python) names nothing.
+        tools = Path(args.python).absolute().parent
+        path = f"{tools}{os.pathsep}{env.get('PATH', os.environ['PATH'])}"
         with open(log_path, "w") as build_log:
             result = subprocess.run(
                 [args.python, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps",

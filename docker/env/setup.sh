@@ -88,6 +88,25 @@ if [[ "$gpu_ops" == nccl && "$frameworks" != pytorch ]]; then
   die "--gpu-ops nccl builds Horovod for pytorch alone (got --frameworks $frameworks);" \
       "TensorFlow and MXNet run in a --gpu-ops none environment"
 fi
+# The Python rule: 3.11 takes every framework; 3.12 and 3.13 take PyTorch
+# alone (TensorFlow 2.15 and MXNet 1.9, the lock's, stop at 3.11). It is
+# checked on the venv's interpreter once there is one, else HVT_PYTHON's:
+# here when that runs already, else once the system packages brought it.
+python_rule() {
+  local version f
+  version=$("$1" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null) || return 1
+  case "$version" in
+    3.11) ;;
+    3.12|3.13)
+      for f in "${wanted[@]}"; do
+        [[ "$f" == pytorch ]] || die "$f needs Python 3.11 (TensorFlow 2.15 and MXNet 1.9 stop there); $1 is $version: set HVT_PYTHON to a 3.11 interpreter, or set up pytorch alone"
+      done ;;
+    *) die "Python 3.11, 3.12 or 3.13 needed (3.11 for TensorFlow and MXNet); $1 is $version; set HVT_PYTHON" ;;
+  esac
+}
+rule_python=${HVT_PYTHON:-python3}
+[[ -x "$venv/bin/python" ]] && rule_python=$venv/bin/python
+python_rule "$rule_python" || true
 [[ $check_only -eq 0 ]] || exit 0
 started=$SECONDS
 
@@ -106,6 +125,10 @@ if [[ "$gpu_ops" == nccl ]]; then
 fi
 python=${HVT_PYTHON:-python3}
 "$python" -c 'import ensurepip' 2>/dev/null || packages+=(python3-venv)
+# Python's headers: mpi4py and Horovod compile against them.
+"$python" -c 'import os, sys, sysconfig
+sys.exit(not os.path.isfile(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+  2>/dev/null || packages+=(python3-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
@@ -124,8 +147,7 @@ fi
 
 # Python environment, pinned by the lock beside this file.
 if [[ ! -x "$venv/bin/python" ]]; then
-  "$python" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null ||
-    die "Python 3.11 needed (the lock is for 3.11; TensorFlow 2.15 and MXNet 1.9 stop there); $python is $("$python" --version 2>&1); set HVT_PYTHON"
+  python_rule "$python" || die "$python does not run; set HVT_PYTHON"
   echo "setup.sh: creating $venv"
   "$python" -m venv "$venv"
 fi

@@ -174,8 +174,9 @@ def file_key(text: str) -> str:
 
 def pin_file_prefix(pin: str) -> str:
     """'PyYAML==6.0.2' -> how its wheel's or sdist's file name starts, as
-    file_key writes both."""
-    name, _, version = pin.partition("==")
+    file_key writes both; a pin's environment marker ('; python_version ...')
+    is no part of it."""
+    name, _, version = pin.split(";")[0].strip().partition("==")
     return file_key(f"{name}-{version}") + "_"
 
 
