@@ -49,7 +49,6 @@ from benchmarks.machine import machine_record
 from horovod_train.core import mnist, options
 from horovod_train.core.atomic import atomic_write_json
 from horovod_train.core.errors import ArgumentParser, RunFailed, UserError, run_main
-from horovod_train.emulation.cluster import SSH_PORT as EMULATED_SSH_PORT
 from horovod_train.torch.presets import PRESETS, describe_preset
 
 PROG = "time_to_accuracy.py"
@@ -107,7 +106,7 @@ def launcher(args: argparse.Namespace, controller: str | None) -> list[str]:
     horovodrun = str(Path(sys.executable).parent / "horovodrun")
     if args.emulate:
         return [str(EMULATE), "exec", "a", "--", horovodrun, "-np", "4", "-H", "a:2,b:2",
-                "-p", str(EMULATED_SSH_PORT), f"--{controller}"]
+                f"--{controller}"]
     return [horovodrun, "-np", str(args.np), "-H", f"localhost:{args.np}", f"--{controller}"]
 
 

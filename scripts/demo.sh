@@ -62,7 +62,7 @@ if [[ $two_hosts -eq 1 ]]; then
   scripts/emulate_cluster.sh up
   trap 'scripts/emulate_cluster.sh down' EXIT
   set -x
-  scripts/emulate_cluster.sh exec a -- horovodrun -np 4 -H a:2,b:2 -p 12345 "--$controller" \
+  scripts/emulate_cluster.sh exec a -- horovodrun -np 4 -H a:2,b:2 "--$controller" \
     "${trainer[@]}" --log-dir "$log_dir"
 else
   log_dir=runs/demo

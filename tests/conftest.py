@@ -183,7 +183,7 @@ def emulated():
 
 @pytest.fixture
 def cluster(emulated) -> dict:
-    """Plain hosts a and b: network namespaces, sshd on 12345."""
+    """Plain hosts a and b: network namespaces, sshd on 22 as on bare hosts."""
     return emulated.ensure()
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import BIN, EMULATE, REPO, TRAINER, host_processes, on_host, trainer_pids
 
+from horovod_train.emulation.cluster import SSH_DEFAULT_PORT
 from horovod_train.torch import checkpoint
 
 STALL_LIMIT_S = 10  # the tests' --stall-limit (60 s by default), to keep them short
@@ -33,7 +34,7 @@ class Job:
                  env: dict | None = None, output_path: Path | None = None):
         self.log_dir = log_dir
         self.output_path = output_path or log_dir.parent / f"{log_dir.name}.out"
-        command = [str(LAUNCH), "-np", "4", "-H", "a:2,b:2", "-p", "12345", f"--{controller}",
+        command = [str(LAUNCH), "-np", "4", "-H", "a:2,b:2", f"--{controller}",
                    str(BIN / "python"), TRAINER, "--log-dir", str(log_dir),
                    "--progress-every", "0.2", *trainer_args]
         env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", **(env or {})}
@@ -192,7 +193,7 @@ def ssh_closed_on_b(controller: str, data_dir: Path, log_dir: Path) -> str:
     """b's SSH port refused by a firewall rule inside b: the launcher says
     so in one line within 30 s, before any rank starts."""
     iptables_in_b = ["ip", "netns", "exec", "hvt-b", "iptables"]
-    rule = ["INPUT", "-p", "tcp", "--dport", "12345", "-j", "REJECT",
+    rule = ["INPUT", "-p", "tcp", "--dport", str(SSH_DEFAULT_PORT), "-j", "REJECT",
             "--reject-with", "tcp-reset"]
     subprocess.run([*iptables_in_b, "-A", *rule], check=True, timeout=30)
     try:
@@ -203,7 +204,8 @@ def ssh_closed_on_b(controller: str, data_dir: Path, log_dir: Path) -> str:
     assert job.process.returncode == 2
     said = job.output.strip().splitlines()
     assert len(said) == 1 and said[0].startswith(
-        "launch: error: cannot reach host b on SSH port 12345: connection refused"), said
+        f"launch: error: cannot reach host b on SSH port {SSH_DEFAULT_PORT}: "
+        "connection refused"), said
     assert not log_dir.exists()  # no rank started
     return f"ssh closed on b ({controller}): {ended_s:.1f} s: {said[0]}"
 

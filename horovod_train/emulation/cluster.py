@@ -1,15 +1,21 @@
 """Two (or more) hosts on one machine, for running horovodrun across "nodes"
 without a cluster: each host is a network namespace on a private bridge with
-its own address, hostname and /etc/hosts, and an sshd on the cluster's port
-that accepts the cluster's key only.
+its own address, hostname and /etc/hosts, and an sshd that accepts the
+cluster's key only.
 
 Two kinds of host:
-  - plain (default): the machine's own files and programs, with the host's
-    /etc/hosts and /etc/ssh bound in; sshd runs with docker/sshd_config;
+  - plain (default): bare hosts, the machine's own files and programs, with
+    the host's /etc/hosts and /etc/ssh bound in; sshd runs with
+    docker/sshd_config on ssh's default port, 22, and the hosts' ssh client
+    config names no port, so ssh reaches them as it reaches bare hosts:
+    no -p needed (the rule: launch/hosts.py);
   - image (--image IMAGE): a container of the training image without a
     container runtime: the image's root filesystem (podman image mount)
     under a writable overlay per host, entered with chroot, started by the
-    image's own entrypoint, which makes the host key and starts its sshd.
+    image's own entrypoint, which makes the host key and starts its sshd on
+    the image's port (launch/hosts.py's IMAGE_SSH_PORT).
+--ssh-port moves either kind's sshd; plain hosts' client config then names
+that port for the cluster's hosts, as a site's ssh_config would.
 
 Run it through scripts/emulate_cluster.sh (needs root):
 
@@ -51,6 +57,7 @@ import time
 from pathlib import Path
 
 from horovod_train.core.errors import ArgumentParser, RunFailed, UserError, run_main
+from horovod_train.launch.hosts import IMAGE_SSH_PORT
 
 REPO = Path(__file__).resolve().parents[2]  # the checkout
 SSHD_CONFIG = REPO / "docker" / "sshd_config"
@@ -62,7 +69,7 @@ ROUTER = "router"  # --routed: the namespace hvt-router joins the two subnets
 ROUTER_HOST_OCTET = 254
 NETNS_PREFIX = "hvt-"
 DEFAULT_SUBNET = "10.213.0"  # /24, private and unlikely to clash; HVT_EMULATE_SUBNET overrides
-SSH_PORT = 12345
+SSH_DEFAULT_PORT = 22  # ssh's own: where plain hosts' sshd listens, as on bare hosts
 # The decoys of `up --decoys`, each up with a carrier and an IPv4 address.
 # Only eth0 joins the hosts.
 DECOYS = {
@@ -144,10 +151,19 @@ def next_subnet(subnet: str, octet: int) -> str:
     return ".".join(map(str, parts))
 
 
-def up(hosts: list[str], subnet: str, port: int, state: Path, image: str | None = None,
+def sshd_port(port: int | None, image: str | None) -> int:
+    """The hosts' sshd port: the one asked for, else the image's for image
+    hosts and ssh's default for plain ones."""
+    if port is not None:
+        return port
+    return IMAGE_SSH_PORT if image else SSH_DEFAULT_PORT
+
+
+def up(hosts: list[str], subnet: str, port: int | None, state: Path, image: str | None = None,
        mounts: list[tuple[Path, str, bool]] = (), decoys: bool = False, routed: bool = False,
        second_network: str | None = None) -> dict:
     check_prerequisites(image)
+    port = sshd_port(port, image)
     if second_network:
         parse_rate(second_network)
     down(state, quiet=True)
@@ -259,7 +275,8 @@ def start_plain_hosts(addresses: dict, port: int, state: Path, keys: Path) -> No
         sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"host-{host}",
            "-f", str(ssh_dir / "ssh_host_ed25519_key"))
         public = (ssh_dir / "ssh_host_ed25519_key.pub").read_text().split()[:2]
-        known_hosts.append(f"[{host}]:{port},[{address}]:{port} {' '.join(public)}\n")
+        names = ",".join(known_host_name(name, port) for name in (host, address))
+        known_hosts.append(f"{names} {' '.join(public)}\n")
         shutil.copy(keys / "authorized_keys", ssh_dir / "authorized_keys")
     client = ssh_client_config(list(addresses) + list(addresses.values()), port,
                                keys / "id_ed25519")
@@ -327,13 +344,21 @@ def parse_mount(text: str) -> tuple[Path, str, bool]:
     return source, parts[1], parts[2:] == ["ro"]
 
 
+def known_host_name(name: str, port: int) -> str:
+    """A host's name in known_hosts, as ssh looks it up: bare on port 22,
+    [name]:port on any other."""
+    return name if port == SSH_DEFAULT_PORT else f"[{name}]:{port}"
+
+
 def ssh_client_config(names: list[str], port: int, identity: Path) -> str:
+    """On ssh's default port no Port line: ssh's own default reaches the
+    hosts, and a -p given wins, as on bare hosts."""
+    port_line = "" if port == SSH_DEFAULT_PORT else f"    Port {port}\n"
     return f"""\
-# ssh client of an emulated host: cluster hosts on the cluster's port with
-# the cluster's key, checked against the cluster's host keys.
+# ssh client of an emulated host: cluster hosts with the cluster's key,
+# checked against the cluster's host keys.
 Host {' '.join(names)}
-    Port {port}
-    User root
+{port_line}    User root
     IdentityFile {identity}
     IdentitiesOnly yes
     GlobalKnownHostsFile /etc/ssh/ssh_known_hosts
@@ -468,7 +493,9 @@ def main(argv: list[str]) -> int:
     start.add_argument("--hosts", default="a,b", help="comma-separated host names")
     start.add_argument("--subnet", default=os.environ.get("HVT_EMULATE_SUBNET", DEFAULT_SUBNET),
                        help="first three octets of the private /24 for the hosts")
-    start.add_argument("--ssh-port", type=int, default=SSH_PORT)
+    start.add_argument("--ssh-port", type=int, default=None, metavar="PORT",
+                       help=f"the hosts' sshd port (default: {SSH_DEFAULT_PORT}, ssh's own, "
+                            f"for plain hosts; the image's {IMAGE_SSH_PORT} with --image)")
     start.add_argument("--image", default=None,
                        help="run the hosts from this image (podman storage) instead of "
                             "this machine's files")

@@ -23,7 +23,7 @@ def test_across_hosts_the_shaped_link_bounds_the_bandwidth(cluster, tmp_path):
     assert shaped.returncode == 0, shaped.stderr
     try:
         result = subprocess.run(on_host("a", [
-            str(BIN / "horovodrun"), "--mpi", "-np", "2", "-H", "a:1,b:1", "-p", "12345",
+            str(BIN / "horovodrun"), "--mpi", "-np", "2", "-H", "a:1,b:1",
             str(BIN / "python"), BENCH, "--sizes", "4M", "--iters", "2", "--warmup", "1",
             "--link-gbit", "0.1", "--json", str(out)]),
             cwd=REPO, capture_output=True, text=True, timeout=300)

@@ -117,7 +117,7 @@ def test_losing_host_b_keeps_training_on_a_and_b_rejoins(cluster, mnist_dir, tmp
     hosts_file.write_text("a slots=2\nb slots=2\n")
     command = [str(BIN / "horovodrun"), "-np", "4", "--min-np", "2", "--max-np", "4",
                "--host-discovery-script", str(REPO / "scripts" / "discover_hosts.sh"),
-               "--blacklist-cooldown-range", "1", "3", "-p", "12345",
+               "--blacklist-cooldown-range", "1", "3",
                str(BIN / "python"), TRAINER, "--elastic", "--commit-every", "5",
                "--epochs", "6", "--data-dir", str(mnist_dir), "--no-download",
                "--no-progress", "--log-dir", str(log_dir)]

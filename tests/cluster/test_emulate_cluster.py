@@ -1,5 +1,6 @@
 """The emulated cluster: hosts a and b with their own names and addresses,
-sshd on 12345 taking the cluster's key only, and a `down` that leaves
+sshd taking the cluster's key only (plain hosts on 22 as bare hosts, image
+hosts on the image's port), and a `down` that leaves
 nothing behind. The same checks run against plain hosts and against hosts
 that are containers of the training image (its entrypoint, its sshd)."""
 
@@ -8,6 +9,8 @@ from pathlib import Path
 
 import pytest
 from conftest import EMULATE, run_on
+
+from horovod_train.launch.hosts import IMAGE_SSH_PORT
 
 pytestmark = pytest.mark.cluster
 
@@ -33,9 +36,15 @@ def test_each_host_has_its_own_name_resolving_to_its_address(hosts):
         assert address in run_on(host, "ip", "-brief", "addr", "show", "eth0").stdout
 
 
-def test_hosts_reach_each_other_by_ssh_with_the_cluster_key(hosts):
+def test_hosts_reach_each_other_by_ssh_with_the_cluster_key(hosts, host_kind):
     assert run_on("a", "ssh", "b", "hostname").stdout.strip() == "b"
     assert run_on("b", "ssh", "a", "hostname").stdout.strip() == "a"
+    # The port ssh uses with no -p: plain hosts are bare hosts (sshd on 22,
+    # no Port in their ssh config); image hosts are on the image's port.
+    expected = 22 if host_kind == "plain" else IMAGE_SSH_PORT
+    assert hosts["port"] == expected
+    said = run_on("a", "ssh", "-G", "b").stdout.splitlines()
+    assert f"port {expected}" in said
 
 
 def test_hosts_reach_only_the_cluster_network(hosts):
@@ -58,7 +67,7 @@ def test_a_key_that_is_not_the_clusters_is_refused(hosts):
                     "ssh-keygen -q -t ed25519 -N '' -f /tmp/stranger && "
                     "ssh -F none -i /tmp/stranger -o IdentitiesOnly=yes -o BatchMode=yes "
                     "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null "
-                    "-p 12345 root@b true")
+                    f"-p {hosts['port']} root@b true")
     assert result.returncode == 255
     assert "Permission denied (publickey)" in result.stderr
 

@@ -286,7 +286,7 @@ def test_an_openmpi_hostfile_launches_across_two_hosts(cluster, tmp_path):
             "str(os.getpid())).write_text(socket.gethostname())")
     result = subprocess.run(
         [str(EMULATE), "exec", "a", "--", str(LAUNCH), "-np", "3", "-hostfile",
-         str(tmp_path / "hostfile"), "-p", "12345", "--gloo",
+         str(tmp_path / "hostfile"), "--gloo",
          "env", f"MARKERS={markers}", str(BIN / "python"), "-c", code],
         cwd=REPO, env=ENV, capture_output=True, text=True, timeout=180)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -304,13 +304,13 @@ def test_ssh_port_closed_on_b_only_is_one_line_before_any_rank(cluster, tmp_path
     markers = tmp_path / "markers"
     markers.mkdir()
     iptables_in_b = ["ip", "netns", "exec", "hvt-b", "iptables"]
-    ssh_rule = ["INPUT", "-p", "tcp", "--dport", "12345", *rule]
+    ssh_rule = ["INPUT", "-p", "tcp", "--dport", str(cluster["port"]), *rule]
     subprocess.run([*iptables_in_b, "-A", *ssh_rule], check=True, timeout=30)
     try:
         started = time.monotonic()
         result = subprocess.run(
             [str(EMULATE), "exec", "a", "--", str(LAUNCH), "-np", "4", "-H", "a:2,b:2",
-             "-p", "12345", *marker_command(markers)],
+             *marker_command(markers)],
             cwd=REPO, env=ENV, capture_output=True, text=True, timeout=120)
         elapsed = time.monotonic() - started
     finally:
@@ -318,7 +318,8 @@ def test_ssh_port_closed_on_b_only_is_one_line_before_any_rank(cluster, tmp_path
     assert result.returncode == 2, result.stdout + result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(
-        f"launch: error: cannot reach host b on SSH port 12345: {said}"), result.stderr
+        f"launch: error: cannot reach host b on SSH port {cluster['port']}: {said}"), \
+        result.stderr
     assert elapsed < 30 and list(markers.iterdir()) == []
 
 

@@ -65,7 +65,7 @@ def test_horovodrun_chooses_eth0_among_the_decoys_and_mpi_gets_it_everywhere(dec
     MPI only: the probe is the same for Gloo, whose share of the choice
     (HOROVOD_GLOO_IFACE) test_pytorch_mnist_cluster.py's runs record."""
     # --disable-cache: horovodrun would reuse an earlier run's probe.
-    result = launch_from_a("-np", "2", "-H", "a:1,b:1", "-p", "12345", "--disable-cache",
+    result = launch_from_a("-np", "2", "-H", "a:1,b:1", "--disable-cache",
                            "--mpi", str(BIN / "python"), "-c", SHOW_SETTINGS,
                            launcher=str(BIN / "horovodrun"))
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
@@ -95,7 +95,7 @@ def test_a_named_interface_that_cannot_carry_the_job_is_one_line(decoy_cluster, 
     starts (horovodrun itself would start the ranks on it)."""
     flag = ["--network-interface", named] if how == "flag" else []
     variables = {"HVT_NETWORK_INTERFACE": named} if how == "variable" else {}
-    result = launch_from_a("-np", "4", "-H", "a:2,b:2", "-p", "12345", *flag,
+    result = launch_from_a("-np", "4", "-H", "a:2,b:2", *flag,
                            str(BIN / "python"), "-c", "print('started')",
                            HVT_PROBE_CONNECT_TIMEOUT_S="1", **variables)
     assert result.returncode == 2, result.stdout + result.stderr
@@ -108,7 +108,7 @@ def test_a_named_interface_that_cannot_carry_the_job_is_one_line(decoy_cluster, 
 def test_a_named_interface_down_on_one_host_names_that_host(decoy_cluster):
     subprocess.run(["ip", "-n", "hvt-b", "link", "set", "eth1", "down"], check=True)
     try:
-        result = launch_from_a("-np", "2", "-H", "a:1,b:1", "-p", "12345",
+        result = launch_from_a("-np", "2", "-H", "a:1,b:1",
                                str(BIN / "python"), "-c", "print('started')",
                                HVT_NETWORK_INTERFACE="eth1")
     finally:
@@ -124,9 +124,9 @@ def test_names_that_differ_per_host_are_one_network(cluster):
     rank gets its own host's name for Gloo and NCCL."""
     subnet = cluster["hosts"]["a"].rsplit(".", 1)[0] + ".0/24"
     with interface_renamed("b", "eth0", "ens5"):
-        chosen = launch_from_a("-np", "2", "-H", "a:1,b:1", "-p", "12345", "--gloo",
+        chosen = launch_from_a("-np", "2", "-H", "a:1,b:1", "--gloo",
                                str(BIN / "python"), "-c", SHOW_STARTED_SETTINGS)
-        named = launch_from_a("-np", "2", "-H", "a:1,b:1", "-p", "12345", "--mpi",
+        named = launch_from_a("-np", "2", "-H", "a:1,b:1", "--mpi",
                               str(BIN / "python"), "-c", SHOW_STARTED_SETTINGS,
                               HVT_NETWORK_INTERFACE="a:eth0,b:ens5")
     assert chosen.returncode == 0, chosen.stdout + chosen.stderr
@@ -152,7 +152,7 @@ def test_hosts_on_subnets_of_their_own_are_accepted_where_they_reach_each_other(
         routed_cluster):
     assert routed_cluster["hosts"]["a"].rsplit(".", 1)[0] != \
         routed_cluster["hosts"]["b"].rsplit(".", 1)[0]
-    result = launch_from_a("-np", "2", "-H", "a:1,b:1", "-p", "12345", "--mpi",
+    result = launch_from_a("-np", "2", "-H", "a:1,b:1", "--mpi",
                            str(BIN / "python"), "-c", SHOW_SETTINGS)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.splitlines()[0] == ("launch: network eth0 (chosen); not 127.0.0.0/8 "
@@ -165,7 +165,7 @@ def test_hosts_on_subnets_of_their_own_are_accepted_where_they_reach_each_other(
 @pytest.mark.cluster
 def test_the_faster_of_two_networks_alone_carries_the_job(two_network_cluster):
     """eth2 joins both hosts too, at 20 Mbit/s: measured, said, left out."""
-    result = launch_from_a("-np", "2", "-H", "a:1,b:1", "-p", "12345", "--gloo",
+    result = launch_from_a("-np", "2", "-H", "a:1,b:1", "--gloo",
                            str(BIN / "python"), "-c", SHOW_SETTINGS)
     assert result.returncode == 0, result.stdout + result.stderr
     first = result.stdout.splitlines()[0]

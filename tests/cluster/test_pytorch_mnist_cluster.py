@@ -17,7 +17,7 @@ EPOCHS = ["--epochs", "1"]
 @pytest.mark.parametrize("controller, hosts", [("mpi", "cluster"), ("gloo", "routed_cluster")],
                          ids=["mpi, b's eth0 called ens5", "gloo, a subnet per host"])
 def test_two_host_command_across_emulated_hosts(controller, hosts, request, mnist_dir, tmp_path):
-    """horovodrun -np 4 -H a:2,b:2 -p 12345 python horovod_train/pytorch_mnist.py,
+    """horovodrun -np 4 -H a:2,b:2 python horovod_train/pytorch_mnist.py,
     launched from host a as a user would, on hosts that differ: b's eth0
     called ens5 (no interface name common to both: the project's Horovod
     hands over the network), or a and b on subnets of their own, joined by
@@ -28,7 +28,7 @@ def test_two_host_command_across_emulated_hosts(controller, hosts, request, mnis
     # --disable-cache: horovodrun would replay its probe of the other
     # layout's hosts a and b (it keeps a probe's answer for an hour).
     with renamed:
-        run = horovodrun(["-np", "4", "-H", "a:2,b:2", "-p", "12345", f"--{controller}",
+        run = horovodrun(["-np", "4", "-H", "a:2,b:2", f"--{controller}",
                           "--disable-cache"],
                          ["--data-dir", str(mnist_dir), "--no-download", *EPOCHS],
                          tmp_path / "run", host="a")

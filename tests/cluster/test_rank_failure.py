@@ -31,7 +31,7 @@ def test_a_killed_rank_ends_the_job_fast_and_resume_goes_on(controller, cluster,
     log_dir = tmp_path / "run"
     trainer_args = ["--data-dir", str(mnist_dir), "--no-download", "--no-progress",
                     "--log-dir", str(log_dir), "--epochs", "3"]
-    launch = ["-np", "4", "-H", "a:2,b:2", "-p", "12345", f"--{controller}"]
+    launch = ["-np", "4", "-H", "a:2,b:2", f"--{controller}"]
     command = [str(BIN / "horovodrun"), *launch, str(BIN / "python"), TRAINER, *trainer_args]
     env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
     job = subprocess.Popen(on_host("a", command), cwd=REPO, env=env, stdout=subprocess.PIPE,
@@ -74,7 +74,7 @@ def test_a_killed_rank_ends_the_job_fast_and_resume_goes_on(controller, cluster,
 
     saved = checkpoint.load(checkpoint.checkpoint_path(log_dir / "checkpoints"))
     assert saved["epochs_done"] >= 2
-    resumed = horovodrun(["-np", "4", "-H", "a:2,b:2", "-p", "12345", f"--{controller}"],
+    resumed = horovodrun(["-np", "4", "-H", "a:2,b:2", f"--{controller}"],
                          [*trainer_args[:3], "--epochs", "3", "--resume"], log_dir, host="a")
     assert resumed.returncode == 0, resumed.output[-3000:]
     assert f"resuming after epoch {saved['epochs_done']}" in resumed.output

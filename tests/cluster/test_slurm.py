@@ -148,12 +148,12 @@ def test_srun_passes_the_jobs_cpus_per_task_and_fewer_ranks_when_asked():
 def test_horovodrun_plan_runs_it_from_the_checkout_with_the_probes_choice():
     """The job probes for horovodrun too, and hands it the choice (names
     where every node has them, else networks in CIDR form)."""
-    settings = slurm.make_settings(launcher="horovodrun", ssh_port="12345", checkout=REPO)
+    settings = slurm.make_settings(launcher="horovodrun", checkout=REPO)
     plan = slurm.make_plan(allocation(), settings, ["--epochs", "3"])
     venv = f"{REPO}/.venv/bin"
-    assert plan.main == [f"{venv}/horovodrun", "-np", "4", "-H", "a:2,b:2", "-p", "12345",
-                         "--gloo", f"{venv}/python", "horovod_train/pytorch_mnist.py",
-                         "--epochs", "3"]
+    # No -p: the nodes' ssh configuration decides, as for launch.sh.
+    assert plan.main == [f"{venv}/horovodrun", "-np", "4", "-H", "a:2,b:2", "--gloo",
+                         f"{venv}/python", "horovod_train/pytorch_mnist.py", "--epochs", "3"]
     assert plan.cwd == str(REPO) and plan.sshd is None and plan.probe == PROBE
     assert slurm.with_nics(plan.main, "10.0.0.0/24")[:3] == [
         f"{venv}/horovodrun", "--network-interfaces", "10.0.0.0/24"]
@@ -486,7 +486,7 @@ def trainer(mnist_dir: Path, log_dir: Path, epochs: int) -> list[str]:
             "--no-progress", "--log-dir", str(log_dir)]
 
 
-OVER_SSH = {"HVT_LAUNCHER": "horovodrun", "HVT_SSH_PORT": "12345"}
+OVER_SSH = {"HVT_LAUNCHER": "horovodrun"}  # no HVT_SSH_PORT: the hosts' sshd is on 22
 
 
 def trainer_processes(host: str) -> dict[int, str]:
@@ -523,7 +523,7 @@ def test_sshd_wait_returns_when_the_hosts_answer_and_fails_when_the_step_dies(de
     addresses = tuple(decoy_cluster["hosts"].values())
     alive = subprocess.Popen(["sleep", "30"])
     try:
-        slurm.wait_for_sshd(addresses, 12345, alive, timeout_s=30)
+        slurm.wait_for_sshd(addresses, decoy_cluster["port"], alive, timeout_s=30)
     finally:
         alive.kill()
         alive.wait()

@@ -32,7 +32,7 @@ def test_consecutive_runs_all_succeed(cluster, mnist_dir, tmp_path, request):
     for i in range(runs):
         controller = ("gloo", "mpi")[i % 2]
         started = time.monotonic()
-        run = horovodrun(["-np", "4", "-H", "a:2,b:2", "-p", "12345", f"--{controller}"],
+        run = horovodrun(["-np", "4", "-H", "a:2,b:2", f"--{controller}"],
                          ["--data-dir", str(mnist_dir), "--no-download", "--epochs", "1"],
                          tmp_path / f"run{i}", host="a")
         wall.append(time.monotonic() - started)

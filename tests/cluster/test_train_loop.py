@@ -28,7 +28,7 @@ def trainer(request):
 def test_one_rank_per_emulated_host_ends_identical(trainer, cluster, mnist_dir, tmp_path):
     framework, script = trainer
     controller = {"tensorflow": "mpi", "mxnet": "gloo"}[framework]  # both controllers covered
-    run = horovodrun(["-np", "2", "-H", "a:1,b:1", "-p", "12345", f"--{controller}"],
+    run = horovodrun(["-np", "2", "-H", "a:1,b:1", f"--{controller}"],
                      ["--data-dir", str(mnist_dir), "--no-download", "--epochs", "2"],
                      tmp_path / "run", host="a", trainer=script)
     summary = assert_trained(run, 2, controller, {"a": 1, "b": 1})  # 95% included
