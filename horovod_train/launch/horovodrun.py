@@ -1,6 +1,6 @@
 """scripts/launch.sh: horovodrun, with its input checked first.
 
-    scripts/launch.sh -np 4 -H a:2,b:2 -p 12345 python horovod_train/pytorch_mnist.py
+    scripts/launch.sh -np 4 -H a:2,b:2 python horovod_train/pytorch_mnist.py
 
 Takes exactly horovodrun's arguments (horovodrun --help lists them) and
 checks, before anything starts:
