@@ -9,6 +9,7 @@ scripts/setup.sh and the image's builder) calls it.
 
 import argparse
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -25,7 +26,6 @@ SDIST_NAME = f"horovod-{HOROVOD_VERSION}.tar.gz"
 SDIST_SHA256 = "92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0"
 HERE = Path(__file__).resolve().parent
 PATCH_DIR = HERE / "patches"
-LOCK = HERE / "constraints.txt"
 # "torch": every architecture the environment's torch has native code for
 # (torch.cuda.get_arch_list()), read when building; the newest also goes in
 # as PTX, which the driver compiles for GPUs that come later.
@@ -46,7 +46,10 @@ for name in sys.argv[1:]:
         out["frameworks"][name] = module.__version__
         if name == "torch":
             out["torch_cuda"] = module.version.cuda
-            out["torch_archs"] = module.cuda.get_arch_list()
+            # get_arch_list() is empty without a GPU before torch 2.11; the
+            # flags it reads are there either way.
+            flags = getattr(module._C, "_cuda_getArchFlags", lambda: "")() or ""
+            out["torch_archs"] = module.cuda.get_arch_list() or flags.split()
     except Exception as err:
         out["errors"][name] = f"{type(err).__name__}: {err}"
 def package_dir(name):
@@ -57,6 +60,20 @@ def package_dir(name):
 out["nccl_home"] = package_dir("nvidia.nccl")
 print(json.dumps(out))
 """
+
+
+def recipe_module(name: str):
+    """A module beside this file, loaded by path: this file is run as a
+    script, or loaded by path itself (horovod_train/image/build.py)."""
+    spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+lock = recipe_module("lock")
+LOCK = lock.LOCK
+CUDA_MAJORS = lock.CUDA_MAJORS
 
 
 # Standalone on purpose: this runs inside the image build, before the
@@ -74,6 +91,14 @@ class RunFailed(Exception):
 
 def log(message: str) -> None:
     print(f"build_horovod: {message}", flush=True)
+
+
+def locked_version(package: str, cuda_major: int = CUDA_MAJORS[0]) -> str:
+    """The version the lock of torch's CUDA major pins for a package."""
+    try:
+        return lock.locked_version(package, cuda_major)
+    except KeyError:
+        raise RunFailed(f"the lock pins no {package}") from None
 
 
 def first_line(command: list[str]) -> str | None:
@@ -102,15 +127,95 @@ def probe_python(python: str, frameworks: list[str]) -> dict:
     return info
 
 
-def locked_version(package: str) -> str:
-    """The version the lock pins for a package."""
-    found = re.search(rf"^{re.escape(package)}==(\S+)$", LOCK.read_text(), flags=re.M)
-    if not found:
-        raise RunFailed(f"{LOCK.name} pins no {package}")
-    return found.group(1)
+# The CUDA 12 compiler. PyPI's CUDA 12 compiler wheels (nvidia-cuda-nvcc-cu12)
+# carry ptxas alone, and NVIDIA's own repositories may be out of reach where
+# the image builds; Debian ships CUDA 12.4's (non-free, trixie) as packages
+# of NVIDIA's binaries, which run on bookworm. They are fetched by URL,
+# checked against these digests, and unpacked into the cache, not installed.
+# CUDA 12.4's headers and compiler with torch's 12.8 runtime: CUDA 12 builds
+# run on any later 12.x runtime.
+DEBIAN_POOL = "http://deb.debian.org/debian/pool"
+CUDA12_TOOLKIT = "12.4.131"
+CUDA12_NEWEST_ARCH = 90  # the newest architecture its nvcc compiles for
+CUDA12_DEBS = {  # path in the pool: sha256
+    "non-free/n/nvidia-cuda-toolkit/nvidia-cuda-toolkit_12.4.131~12.4.1-2_amd64.deb":
+        "cd5fe85aee38d108b315f408a688641478f2402622a10c677478eb7a6c4e5319",
+    "non-free/n/nvidia-cuda-toolkit/nvidia-cuda-dev_12.4.127~12.4.1-2_amd64.deb":
+        "d846838f914a0176948d48a8bcade5d6dbcccb5c9374343f6475f5503f173ee0",
+    "non-free/n/nvidia-cuda-toolkit/libcudart12_12.4.127~12.4.1-2_amd64.deb":
+        "361b3721cf84bf068e111ff013c819de61cb475268b0d38db99839471f1b4130",
+    "non-free/n/nvidia-cuda-toolkit/libnvvm4_12.4.131~12.4.1-2_amd64.deb":
+        "3c905c1df7453e1ad477516c4465629c310d2f58a796d66f44070dc289e7ec12",
+    # <nv/target>, which CUDA 12.4's cuda_fp16.h includes
+    "main/c/cccl/libcu++-dev_2.3.2-2_all.deb":
+        "30e911c1909265591b5ea793df0e49e56bed631238b68b3e75c97590c4985686",
+}
+# Debian's nvcc.profile names /usr paths; the tree's is relative to nvcc.
+NVCC_PROFILE = """\
+TOP              = $(_HERE_)/..
+NVVMIR_LIBRARY_DIR = $(TOP)/nvvm/libdevice
+LD_LIBRARY_PATH += $(TOP)/lib64:
+PATH            += $(TOP)/nvvm/bin:$(_HERE_):
+INCLUDES        +=  "-I$(TOP)/include" $(_SPACE_)
+LIBRARIES        =+ $(_SPACE_) "-L$(TOP)/lib64/stubs" "-L$(TOP)/lib64"
+CUDAFE_FLAGS    +=
+PTXAS_FLAGS     +=
+"""
 
 
-def cuda_toolkit(cache: Path, python: str) -> Path:
+def fetch_deb(pool_path: str, digest: str, into: Path) -> Path:
+    import urllib.request
+
+    target = into / pool_path.rsplit("/", 1)[-1]
+    url = f"{DEBIAN_POOL}/{pool_path}"
+    try:
+        with urllib.request.urlopen(url, timeout=60) as response, open(target, "wb") as out:
+            shutil.copyfileobj(response, out, 1 << 20)
+    except OSError as err:
+        raise RunFailed(f"downloading {url} failed: {err}") from None
+    sha = hashlib.sha256()
+    with open(target, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            sha.update(block)
+    if sha.hexdigest() != digest:
+        raise RunFailed(f"{url}: sha256 {sha.hexdigest()}, expected {digest}")
+    return target
+
+
+def debian_cuda12(tree: Path) -> None:
+    """CUDA 12.4's compiler, headers and libraries from Debian's packages,
+    laid out as a CUDA_HOME in `tree` (about 230 MB, of 1 GB downloaded)."""
+    if shutil.which("dpkg-deb") is None:
+        raise UserError("dpkg-deb not found: the CUDA 12 compiler comes from Debian's packages; "
+                        "or set CUDA_HOME to a CUDA 12 toolkit")
+    with tempfile.TemporaryDirectory(dir=tree.parent, prefix=".debs-") as work:
+        unpacked = Path(work) / "x"
+        for pool_path, digest in CUDA12_DEBS.items():
+            deb = fetch_deb(pool_path, digest, Path(work))
+            subprocess.run(["dpkg-deb", "-x", str(deb), str(unpacked)], check=True, timeout=600)
+            deb.unlink()
+        toolkit = unpacked / "usr/lib/nvidia-cuda-toolkit"
+        libs = unpacked / "usr/lib/x86_64-linux-gnu"
+        for d in ("bin", "nvvm/bin", "nvvm/lib64", "nvvm/libdevice", "lib64/stubs"):
+            (tree / d).mkdir(parents=True)
+        shutil.copy2(toolkit / "bin/nvcc", tree / "bin")
+        shutil.copytree(toolkit / "bin/crt", tree / "bin/crt")
+        for tool in ("cudafe++", "fatbinary", "nvlink", "ptxas", "bin2c", "cuobjdump"):
+            shutil.copy2(unpacked / "usr/bin" / tool, tree / "bin")
+        shutil.copy2(toolkit / "bin/cicc", tree / "nvvm/bin")
+        shutil.copy2(toolkit / "libdevice/libdevice.10.bc", tree / "nvvm/libdevice")
+        for pattern, where in (("libnvvm.so*", "nvvm/lib64"), ("libcudart.so*", "lib64"),
+                               ("libcudart_static.a", "lib64"), ("libcudadevrt.a", "lib64"),
+                               ("libculibos.a", "lib64")):
+            for library in libs.glob(pattern):
+                shutil.copy2(library, tree / where, follow_symlinks=False)
+        shutil.copy2(libs / "stubs/libcuda.so", tree / "lib64/stubs")
+        shutil.copytree(unpacked / "usr/include", tree / "include", symlinks=True)
+        (tree / "bin/nvcc.profile").write_text(NVCC_PROFILE)
+        (tree / "version.txt").write_text(f"CUDA Version {CUDA12_TOOLKIT}\n")
+
+
+def cuda_toolkit(cache: Path, python: str, cuda_major: int = CUDA_MAJORS[0]) -> Path:
     """The CUDA toolkit Horovod's kernels compile against: $CUDA_HOME when
     set, else the lock's cuda-toolkit[nvcc,cccl] wheels (the CUDA that torch's own
     cuda-toolkit pin names) installed apart from the venv, in the cache, so
@@ -122,6 +227,16 @@ def cuda_toolkit(cache: Path, python: str) -> Path:
         if not (home / "bin" / "nvcc").is_file():
             raise UserError(f"CUDA_HOME={home} has no bin/nvcc")
         return home
+    if cuda_major == 12:
+        target = cache / f"cuda-{CUDA12_TOOLKIT}-debian"
+        if not (target / "COMPLETE").is_file():
+            log(f"unpacking CUDA {CUDA12_TOOLKIT}'s compiler from Debian's packages into {target}")
+            if target.exists():
+                shutil.rmtree(target)
+            target.mkdir(parents=True)
+            debian_cuda12(target)
+            (target / "COMPLETE").write_text(f"{CUDA12_TOOLKIT}\n")
+        return target
     # nvcc, and CCCL: CUDA's own headers (cuda_fp16.h) include its nv/target.
     requirement = f"cuda-toolkit[nvcc,cccl]=={locked_version('cuda-toolkit')}"
     target = cache / f"cuda-toolkit-{locked_version('cuda-toolkit')}"
@@ -165,14 +280,24 @@ def nvcc_archs(cuda_home: Path) -> list[str]:
 def resolved_cuda_archs(asked: str, info: dict) -> str:
     """--cuda-archs as compute capabilities: "torch" becomes the
     architectures torch has native code for (its sm_ entries; compute_
-    entries are PTX, which Horovod's newest architecture brings anyway)."""
+    entries are PTX, which Horovod's newest architecture brings anyway), as
+    far as the compiler knows them: the CUDA 12 variant's compiles up to
+    sm_90, whose PTX the driver compiles for the later GPUs."""
     if asked != "torch":
         return asked
     archs = [a.removeprefix("sm_") for a in info.get("torch_archs") or [] if a.startswith("sm_")]
     if not archs:
         raise UserError("--cuda-archs torch: the environment's torch lists no CUDA architectures "
                         "(a CPU build of torch?); name them, e.g. --cuda-archs 80,90")
+    if cuda_major_of(info) == 12 and not os.environ.get("CUDA_HOME"):
+        archs = [a for a in archs if int(a.rstrip("abcdefghijklmnopqrstuvwxyz"))
+                 <= CUDA12_NEWEST_ARCH]
     return ",".join(archs)
+
+
+def cuda_major_of(info: dict) -> int:
+    """The CUDA major of the environment's torch ("12.8" -> 12)."""
+    return int((info.get("torch_cuda") or str(CUDA_MAJORS[0])).split(".")[0])
 
 
 def check_cuda_archs(archs: str, cuda_home: Path) -> None:
@@ -255,7 +380,9 @@ def plan(args, info: dict) -> tuple[dict, dict]:
     # The compiler of the kernels: CUDA_HOME's, else the lock's wheels.
     toolkit = None
     if needs_cuda:
-        toolkit = os.environ.get("CUDA_HOME") or f"cuda-toolkit=={locked_version('cuda-toolkit')}"
+        toolkit = os.environ.get("CUDA_HOME") or (
+            f"cuda-toolkit=={locked_version('cuda-toolkit')}" if cuda_major_of(info) == 13
+            else f"nvidia-cuda-toolkit {CUDA12_TOOLKIT} (Debian)")
     patches = {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
                for p in sorted(PATCH_DIR.glob("*.patch"))}
     inputs = {
@@ -283,7 +410,7 @@ def cuda_env(args, inputs: dict) -> dict:
     the architectures are checked against nvcc before minutes of compiling."""
     if inputs["gpu_ops"] != "nccl":
         return {}
-    cuda_home = cuda_toolkit(args.cache_dir, args.python)
+    cuda_home = cuda_toolkit(args.cache_dir, args.python, int(inputs["cuda"].split(".")[0]))
     check_cuda_archs(inputs["cuda_archs"], cuda_home)
     # Horovod's build asks `nvcc` on the PATH before HOROVOD_CUDA_HOME's.
     path = f"{cuda_home / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"
@@ -394,7 +521,9 @@ def install(python: str, wheel: Path, prefix: str, key: str, inputs: dict) -> No
 
 # Where the frameworks' and CUDA's wheels keep the libraries Horovod's
 # bindings link, relative to site-packages.
-LIBRARY_DIRS = ("torch/lib", "tensorflow", "mxnet", "nvidia/cu13/lib", "nvidia/nccl/lib")
+# (CUDA 13's wheels share nvidia/cu13, CUDA 12's have a folder each.)
+LIBRARY_DIRS = ("torch/lib", "tensorflow", "mxnet", "nvidia/cu13/lib", "nvidia/cuda_runtime/lib",
+                "nvidia/nccl/lib")
 
 
 def relocate_libraries(prefix: str) -> None:

@@ -9,7 +9,8 @@ set -euo pipefail
 usage() {
   cat <<'EOF'
 Usage: docker/env/setup.sh --venv DIR [--frameworks LIST] [--gpu-ops auto|nccl|none]
-                           [--cuda-archs LIST] [--dev] [--editable PROJECT] [--no-apt]
+                           [--cuda-archs LIST] [--cuda 13|12] [--dev] [--editable PROJECT]
+                           [--no-apt]
                            [--no-horovod] [--check-options]
 
   --venv DIR         virtual environment to create or update
@@ -21,6 +22,9 @@ Usage: docker/env/setup.sh --venv DIR [--frameworks LIST] [--gpu-ops auto|nccl|n
                      comma-separated compute capabilities (e.g. 80,90), or torch
                      (default): every one the venv's torch has native code for,
                      the newest also as PTX for later GPUs
+  --cuda 13|12       torch's CUDA major: 13 (the lock's torch), or 12 for drivers
+                     before R580 (torch 2.10, constraints-cuda12.txt); default: what
+                     this venv has, else 13
   --dev              add the test and lint tools
   --editable PROJECT install that project into the venv, editable, without its dependencies
   --no-apt           do not install system packages; fail if they are missing
@@ -39,6 +43,7 @@ die() { echo "setup.sh: error: $*" >&2; exit 2; }
 frameworks=""
 gpu_ops=""
 cuda_archs=torch
+cuda=""
 venv=""
 dev=0
 editable=""
@@ -50,6 +55,7 @@ while [[ $# -gt 0 ]]; do
     --frameworks) frameworks="${2:?--frameworks needs a value}"; shift 2 ;;
     --gpu-ops) gpu_ops="${2:?--gpu-ops needs a value}"; shift 2 ;;
     --cuda-archs) cuda_archs="${2:?--cuda-archs needs a value}"; shift 2 ;;
+    --cuda) cuda="${2:?--cuda needs a value}"; shift 2 ;;
     --venv) venv="${2:?--venv needs a value}"; shift 2 ;;
     --dev) dev=1; shift ;;
     --editable) editable="${2:?--editable needs a value}"; shift 2 ;;
@@ -67,6 +73,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 # swap a three-framework or NCCL Horovod for a PyTorch-only or CPU one.
 [[ -n "$frameworks" ]] || frameworks=$(cat "$venv/horovod-frameworks" 2>/dev/null || echo pytorch)
 [[ -n "$gpu_ops" ]] || gpu_ops=$(cat "$venv/horovod-gpu-ops" 2>/dev/null || echo auto)
+[[ -n "$cuda" ]] || cuda=$(cat "$venv/horovod-cuda" 2>/dev/null || echo 13)
 # Bad input is refused here, before minutes of installing.
 IFS=, read -ra wanted <<< "$frameworks"
 [[ ${#wanted[@]} -gt 0 ]] || die "--frameworks is empty; it takes pytorch, tensorflow, mxnet"
@@ -77,6 +84,7 @@ done
 [[ "$gpu_ops" =~ ^(auto|nccl|none)$ ]] || die "--gpu-ops: '$gpu_ops'; it takes auto, nccl, none"
 [[ "$cuda_archs" == torch || "$cuda_archs" =~ ^[1-9][0-9]{1,2}[a-z]?(,[1-9][0-9]{1,2}[a-z]?)*$ ]] \
   || die "--cuda-archs: '$cuda_archs'; it takes compute capabilities like 80,90, or torch"
+[[ "$cuda" =~ ^(13|12)$ ]] || die "--cuda: '$cuda'; it takes 13 or 12"
 if [[ "$gpu_ops" == auto ]]; then
   gpu_ops=none
   nvidia-smi -L 2>/dev/null | grep -q '^GPU' && gpu_ops=nccl
@@ -155,10 +163,18 @@ groups=(core horovod build mpi plots "${wanted[@]}")
 [[ $dev -eq 1 ]] && groups+=(test slurm)
 requirements=()
 for g in "${groups[@]}"; do requirements+=(-r "$here/requirements/$g.txt"); done
-echo "setup.sh: installing pinned Python packages (${groups[*]}) into $venv"
+# The lock of torch's CUDA major: CUDA 12's is constraints.txt with
+# constraints-cuda12.txt's pins in place of its own.
+lock="$here/constraints.txt"
+if [[ "$cuda" == 12 ]]; then
+  lock="$venv/constraints-cuda12.txt"
+  "$venv/bin/python" "$here/lock.py" --cuda 12 > "$lock"
+fi
+echo "setup.sh: installing pinned Python packages (${groups[*]}, CUDA $cuda) into $venv"
 # mpi4py is compiled against this machine's OpenMPI, never taken as a wheel.
 PIP_NO_BINARY=mpi4py "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
-  -c "$here/constraints.txt" "${requirements[@]}"
+  -c "$lock" "${requirements[@]}"
+echo "$cuda" > "$venv/horovod-cuda"
 if [[ -n "$editable" ]]; then
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
     -e "$editable"

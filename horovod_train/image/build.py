@@ -51,7 +51,6 @@ def load_recipe_module(path: Path):
 # The recipe's wheel cache, lock and sdist: one source for the host and the image.
 build_horovod = load_recipe_module(CONTEXT / "env" / "build_horovod.py")
 
-CONSTRAINTS = build_horovod.LOCK
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "horovod-train"
 DEBIAN_BASE = "localhost/debian-base:bookworm"
 MIN_FREE_GB = 10
@@ -127,20 +126,25 @@ def debian_base(engine: str) -> str:
     return DEBIAN_BASE
 
 
-def wheelhouse(python: str) -> Path:
-    """Every pinned package of both variants as wheels (mpi4py and Horovod as
-    their sources, compiled in the build), keyed by the lock."""
-    lock = CONSTRAINTS.read_text()
-    house = CACHE / f"wheelhouse-{hashlib.sha256(lock.encode()).hexdigest()[:12]}"
+def wheelhouse(python: str, cuda: int = build_horovod.CUDA_MAJORS[0]) -> Path:
+    """Every pinned package of the lock of torch's CUDA major as wheels
+    (mpi4py and Horovod as their sources, compiled in the build), keyed by
+    the lock; CUDA 13's serves both variants."""
+    lock = build_horovod.lock.lock_text(cuda)
+    kind = f"wheelhouse-cuda{cuda}-"
+    house = CACHE / f"{kind}{hashlib.sha256(lock.encode()).hexdigest()[:12]}"
     if (house / "COMPLETE").is_file():
         return house
     pins = [line for line in lock.splitlines() if line.strip() and not line.startswith("#")]
     log(f"filling the wheelhouse {house} ({len(pins)} packages)")
     started = time.monotonic()
-    # A few GB each: the current lock's only. A lock that changed a few pins
-    # starts from the last wheelhouse (pip download skips the files it has)
-    # and drops the wheels no pin names any more.
-    previous = sorted(CACHE.glob("wheelhouse-*"), key=lambda p: p.stat().st_mtime)
+    # A few GB each: the current lock's only, for each CUDA. A lock that
+    # changed a few pins starts from the last wheelhouse (pip download skips
+    # the files it has) and drops the wheels no pin names any more.
+    # (Wheelhouses named before the CUDA variant, wheelhouse-HASH, are CUDA 13's.)
+    mine = [p for p in CACHE.glob("wheelhouse-*") if p.name.startswith(kind) or (
+        cuda == build_horovod.CUDA_MAJORS[0] and not p.name.startswith("wheelhouse-cuda"))]
+    previous = sorted(mine, key=lambda p: p.stat().st_mtime)
     for stale in previous[:-1]:
         shutil.rmtree(stale)
     if previous and previous[-1] != house:
@@ -224,7 +228,8 @@ PODMAN_FLAGS = ["--isolation", "chroot", "--layers", "--format", "docker", "--fo
 def environment_build(args, engine: str) -> tuple[list[str], Path]:
     """docker/Dockerfile's build, and its context: docker/."""
     podman = engine == "podman"
-    command = [engine, "build", "-t", args.tag, "--build-arg", f"DEVICE={args.device}"]
+    command = [engine, "build", "-t", args.tag, "--build-arg", f"DEVICE={args.device}",
+               "--build-arg", f"CUDA={args.cuda}"]
     base = args.base_image or (debian_base(engine) if podman else None)
     if base:
         command += ["--build-arg", f"BASE_IMAGE={base}"]
@@ -235,7 +240,7 @@ def environment_build(args, engine: str) -> tuple[list[str], Path]:
         wheel_cache = build_horovod.default_cache_dir()
         wheel_cache.mkdir(parents=True, exist_ok=True)
         command += ["-v", f"{wheel_cache}:/wheel-cache", "--build-arg", "WHEEL_CACHE=/wheel-cache",
-                    "-v", f"{wheelhouse(args.python)}:/wheelhouse:ro"]
+                    "-v", f"{wheelhouse(args.python, args.cuda)}:/wheelhouse:ro"]
     return command, CONTEXT
 
 
@@ -272,6 +277,10 @@ def main(argv: list[str]) -> int:
     parser = ArgumentParser(prog="build_image.sh", description=__doc__,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", choices=["gpu", "cpu"], default="gpu")
+    parser.add_argument("--cuda", type=int, choices=build_horovod.CUDA_MAJORS,
+                        default=build_horovod.CUDA_MAJORS[0],
+                        help="torch's CUDA major in the GPU image: 13, or 12 for drivers "
+                             "before R580 (default tag localhost/horovod-train:gpu-cuda12)")
     parser.add_argument("--app", action="store_true",
                         help="the image that carries the code (docker/app.Dockerfile, context: "
                              "the repository root) on top of the GPU image "
@@ -293,7 +302,12 @@ def main(argv: list[str]) -> int:
     if args.wheelhouse_only:
         print(wheelhouse(args.python))
         return 0
-    args.tag = args.tag or f"localhost/horovod-train:{'app' if args.app else args.device}"
+    if args.cuda != build_horovod.CUDA_MAJORS[0] and (args.app or args.device != "gpu"):
+        parser.error(f"--cuda {args.cuda} is for the GPU image (--device gpu)")
+    default_tag = "app" if args.app else args.device
+    if args.cuda != build_horovod.CUDA_MAJORS[0]:
+        default_tag += f"-cuda{args.cuda}"
+    args.tag = args.tag or f"localhost/horovod-train:{default_tag}"
     build(args)
     return 0
 

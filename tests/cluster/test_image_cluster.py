@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from conftest import (
+    DRIVER_SOURCE,
     IMAGES,
     REPO,
     Run,
@@ -86,8 +87,6 @@ def test_the_gpu_image_says_so_itself_when_the_driver_or_the_gpus_are_missing(va
     CPU unless asked (--no-cuda, as the image's other tests ask)."""
     if variant != "gpu":
         pytest.skip("the CPU image has no CUDA to check")
-    from test_driver_check_run import DRIVER_SOURCE
-
     build = ("mkdir -p /tmp/driver && cat > /tmp/driver/driver.c && cd /tmp/driver && "
              "cc -shared -fPIC -o libcuda.so.1 driver.c && ln -sf libcuda.so.1 libnvidia-ml.so.1")
     subprocess.run(on_host("a", ["sh", "-c", build]), input=DRIVER_SOURCE, text=True,
@@ -379,6 +378,7 @@ def podman_build(*build_args: str) -> tuple[subprocess.CompletedProcess, float]:
     ("CUDA_ARCHS=ninety", "setup.sh: error: --cuda-archs: 'ninety'; "
                           "it takes compute capabilities like 80,90"),
     ("GCC_VERSION=99", "GCC_VERSION=99: no gcc-99 in the base image's packages"),
+    ("CUDA=11", "setup.sh: error: --cuda: '11'; it takes 13 or 12"),
 ])
 def test_bad_build_argument_fails_early_with_one_line(build_arg, message):
     require_image("gpu")

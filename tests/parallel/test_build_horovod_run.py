@@ -237,6 +237,7 @@ def test_bad_input_is_one_line(args, message):
                               "or torch"),
     (["--frameworks", "pytorch,mxnet", "--gpu-ops", "nccl"],
      "--gpu-ops nccl builds Horovod for pytorch alone (got --frameworks pytorch,mxnet)"),
+    (["--cuda", "11"], "--cuda: '11'; it takes 13 or 12"),
 ])
 def test_setup_refuses_bad_input_before_installing(tmp_path, args, message):
     venv = tmp_path / "venv"

@@ -21,11 +21,11 @@ TORCH_ARCHS = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]  # 2.14.1
 
 
 def plan_for(torch_version="2.14.1+cu130", gpu_ops="none", frameworks=("pytorch",),
-             cuda_archs="80,90", torch_archs=TORCH_ARCHS, without_mpi=False):
+             cuda_archs="80,90", torch_archs=TORCH_ARCHS, without_mpi=False, torch_cuda=None):
     args = SimpleNamespace(frameworks=list(frameworks), gpu_ops=gpu_ops, jobs=2,
                            cuda_archs=cuda_archs, without_mpi=without_mpi)
     info = {"abi": "cpython-311-x86_64-linux-gnu", "machine": "x86_64",
-            "frameworks": {"torch": torch_version}, "torch_cuda": None, "nccl_home": None,
+            "frameworks": {"torch": torch_version}, "torch_cuda": torch_cuda, "nccl_home": None,
             "torch_archs": torch_archs}
     return build_horovod.plan(args, info)
 
@@ -106,3 +106,45 @@ def test_nvcc_refuses_an_architecture_in_one_line(tmp_path):
     message = str(refused.value)
     assert message.startswith("--cuda-archs 80,35: nvcc in ") and "refuses 35; it takes " in message
     assert "\n" not in message
+
+
+def test_the_cuda12_lock_is_the_lock_with_the_variants_pins_in_place():
+    lock13 = build_horovod.lock.lock_text(13)
+    lock12 = build_horovod.lock.lock_text(12)
+    variant = {build_horovod.lock.pin_name(line): line
+               for line in build_horovod.lock.CUDA12_PINS.read_text().splitlines()
+               if build_horovod.lock.pin_name(line)}
+    pins12 = [line for line in lock12.splitlines() if build_horovod.lock.pin_name(line)]
+    for line in pins12:  # each package once (numpy's per-Python lines aside)
+        name = build_horovod.lock.pin_name(line)
+        assert line == variant.get(name, line)
+        assert name == "numpy" or [build_horovod.lock.pin_name(x) for x in pins12].count(name) == 1
+    assert set(variant.values()) <= set(pins12)
+    assert build_horovod.locked_version("torch", 12) == "2.10.0"
+    assert build_horovod.locked_version("torch") == build_horovod.locked_version("torch", 13)
+    # Everything else the variant does not name is the lock's own line, but
+    # CUDA 13's libraries.
+    kept = {line for line in lock13.splitlines()
+            if build_horovod.lock.pin_name(line) not in variant}
+    dropped = kept - set(lock12.splitlines())
+    assert dropped and all(build_horovod.lock.is_cuda_library(build_horovod.lock.pin_name(x))
+                           for x in dropped)
+    assert not [x for x in pins12 if x.startswith("nvidia-") and "-cu12==" not in x]
+
+
+def test_the_cuda12_build_compiles_with_debians_cuda_12_4_for_what_it_knows(monkeypatch,
+                                                                            tmp_path):
+    """torch 2.10's list runs to sm_120; CUDA 12.4's compiler stops at sm_90,
+    whose PTX the driver compiles for the later GPUs."""
+    nccl = tmp_path / "nccl"
+    (nccl / "include").mkdir(parents=True)
+    (nccl / "include" / "nccl.h").write_text(
+        "#define NCCL_MAJOR 2\n#define NCCL_MINOR 27\n#define NCCL_PATCH 5\n")
+    monkeypatch.setenv("HOROVOD_NCCL_HOME", str(nccl))
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    inputs, env = plan_for(torch_version="2.10.0+cu128", torch_cuda="12.8", gpu_ops="nccl",
+                           cuda_archs="torch")
+    assert env["HOROVOD_BUILD_CUDA_CC_LIST"] == inputs["cuda_archs"] == "75,80,86,90"
+    assert inputs["cuda"] == "12.8" and inputs["nccl"] == "2.27.5"
+    assert inputs["cuda_toolkit"] == "nvidia-cuda-toolkit 12.4.131 (Debian)"
+    assert all(digest and len(digest) == 64 for digest in build_horovod.CUDA12_DEBS.values())
