@@ -235,6 +235,21 @@ def decoy_cluster(emulated) -> dict:
 
 # The images scripts/test.sh builds with scripts/build_image.sh: the two
 # variants of the environment, and the one that carries the code (--app).
+# A stand-in NVIDIA driver: the two entry points the driver checks call
+# (test_driver_check_run.py, and the GPU image's entrypoint in
+# test_image_cluster.py), answering from the environment.
+DRIVER_SOURCE = r"""
+#include <stdlib.h>
+#include <string.h>
+int cuDriverGetVersion(int *version) { *version = atoi(getenv("DRIVER_CUDA")); return 0; }
+int nvmlInit_v2(void) { return 0; }
+int nvmlSystemGetDriverVersion(char *text, unsigned int length) {
+    strncpy(text, getenv("DRIVER_RELEASE"), length);
+    return 0;
+}
+"""
+
+
 IMAGES = {"cpu": os.environ.get("HVT_CPU_IMAGE", "localhost/horovod-train:cpu"),
           "gpu": os.environ.get("HVT_GPU_IMAGE", "localhost/horovod-train:gpu"),
           "app": os.environ.get("HVT_APP_IMAGE", "localhost/horovod-train:app")}

@@ -12,21 +12,9 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO
+from conftest import DRIVER_SOURCE, REPO
 
 CHECK = REPO / "docker" / "env" / "check_driver.py"
-
-# A driver's two entry points the checks call, answering from the environment.
-DRIVER_SOURCE = r"""
-#include <stdlib.h>
-#include <string.h>
-int cuDriverGetVersion(int *version) { *version = atoi(getenv("DRIVER_CUDA")); return 0; }
-int nvmlInit_v2(void) { return 0; }
-int nvmlSystemGetDriverVersion(char *text, unsigned int length) {
-    strncpy(text, getenv("DRIVER_RELEASE"), length);
-    return 0;
-}
-"""
 
 
 @pytest.fixture(scope="module")
