@@ -65,11 +65,13 @@ def problem(supported: int, needed: str, driver: str | None) -> str | None:
     if supported // 1000 >= major:
         return None
     first = FIRST_DRIVER.get(major)
+    variant = (" build the CUDA 12 image for it (docker build --build-arg CUDA=12 docker/),"
+               if supported // 1000 == 12 else "")
     return (f"the NVIDIA driver{f' {driver}' if driver else ''} supports CUDA up to "
             f"{supported // 1000}.{supported % 1000 // 10}, and this image is built for CUDA "
             f"{needed}" + (f", which needs driver {first} or newer" if first else "")
-            + ": update the driver (on data-centre GPUs NVIDIA's cuda-compat package also "
-            "serves), or run the CPU image (docker build --build-arg DEVICE=cpu docker/)")
+            + f":{variant} update the driver (on data-centre GPUs NVIDIA's cuda-compat package "
+            "also serves), or run the CPU image (docker build --build-arg DEVICE=cpu docker/)")
 
 
 def main(argv: list[str]) -> int:

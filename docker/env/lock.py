@@ -1,8 +1,9 @@
 """The platform's lock: constraints.txt pins every Python package for torch's
 CUDA 13; constraints-cuda12.txt holds the pins that make its CUDA 12
 variant (torch's last CUDA 12 release and its CUDA libraries), which take
-the place of the same names' pins and of CUDA 13's libraries. setup.sh installs with `-c` the lock this
-prints; build_horovod.py reads versions from it.
+the place of the same names' pins and of CUDA 13's libraries. setup.sh
+installs with `-c` the lock this prints; build_horovod.py reads versions
+from it.
 
     lock.py [--cuda 13|12]
 

@@ -66,7 +66,9 @@ def driver_problem(supported: int, needed: str, driver: str | None) -> str | Non
     return (f"the NVIDIA driver{f' {driver}' if driver else ''} supports CUDA up to "
             f"{cuda_text(supported)}, and this build of torch and Horovod needs CUDA {needed}"
             + (f" (driver {first} or newer)" if first else "")
-            + ": update the driver (on data-centre GPUs NVIDIA's cuda-compat package also "
+            + (": set up the CUDA 12 variant for it (scripts/setup.sh --cuda 12, docker build "
+               "--build-arg CUDA=12 docker/)," if supported // 1000 == 12 else ":")
+            + " update the driver (on data-centre GPUs NVIDIA's cuda-compat package also "
             "serves), or train on the CPU with --no-cuda")
 
 

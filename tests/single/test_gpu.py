@@ -46,6 +46,8 @@ def test_a_gpu_the_build_cannot_run_is_one_line_naming_both():
 
 DRIVER_HINT = ("update the driver (on data-centre GPUs NVIDIA's cuda-compat package also "
                "serves), or train on the CPU with --no-cuda")
+VARIANT_HINT = ("set up the CUDA 12 variant for it (scripts/setup.sh --cuda 12, docker build "
+                "--build-arg CUDA=12 docker/), ")
 
 
 @pytest.mark.parametrize("supported, needed, driver, message", [
@@ -54,10 +56,10 @@ DRIVER_HINT = ("update the driver (on data-centre GPUs NVIDIA's cuda-compat pack
     (12020, "12.8", "535.104.05", None),  # minor version compatibility: same major
     (12040, "13.0", "550.54.15", "the NVIDIA driver 550.54.15 supports CUDA up to 12.4, and "
                                  "this build of torch and Horovod needs CUDA 13.0 (driver "
-                                 "580.65.06 or newer): " + DRIVER_HINT),
+                                 "580.65.06 or newer): " + VARIANT_HINT + DRIVER_HINT),
     (12080, "13.0", None, "the NVIDIA driver supports CUDA up to 12.8, and this build of torch "
                           "and Horovod needs CUDA 13.0 (driver 580.65.06 or newer): "
-                          + DRIVER_HINT),
+                          + VARIANT_HINT + DRIVER_HINT),
     (11080, "12.8", None, "the NVIDIA driver supports CUDA up to 11.8, and this build of torch "
                           "and Horovod needs CUDA 12.8 (driver 525.60.13 or newer): "
                           + DRIVER_HINT),
