@@ -171,7 +171,7 @@ def cut_off_b(controller: str, data_dir: Path, log_dir: Path, after_s: float = 0
 def slow_link(controller: str, data_dir: Path, log_dir: Path, after_s: float = 0.0) -> str:
     """Every link at 10 Mbit/s mid-run, at the default limits (Gloo's 30 s
     timeout, the trainer's 60 s): the run finishes, every rank with the
-    same weights. Two epochs: still training `after_s` (up to 5 s) in with
+    same weights. Two epochs: still training `after_s` (up to 2 s) in with
     the 8,000 digits, and about a second a step once slowed."""
     job = Job(controller, ["--data-dir", str(data_dir), "--no-download", "--epochs", "2"],
               log_dir)
