@@ -15,7 +15,9 @@ scripts/build_image.sh for the GPU and the CPU image and the image that
 carries the code (all fast when already done), ruff, then pytest with the
 given arguments (e.g. -k resume,
 -m "not cluster"). Tests on the emulated hosts and the images need root;
-elsewhere they are skipped with the reason.
+elsewhere they are skipped with the reason. The distro tier (a bare
+Debian 13 set up and trained on, tens of minutes) runs only when named:
+scripts/test.sh tests/distro.
 USAGE
     exit 0 ;;
 esac
