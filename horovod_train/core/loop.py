@@ -13,8 +13,9 @@ A loss that is not finite stops the run: each trainer's step averages the
 loss over the ranks beside the gradients and applies check_loss, so every
 rank raises NonFiniteLoss at the same step; rank 0 says where and what to
 change in one line, nothing more is written (the last checkpoint stays as
-it was), and every rank exits 1. A test loss that is not finite (the last
-step of an epoch diverged) stops the run the same way before the epoch's
+it was), and every rank exits 1. An epoch's summed training or test loss
+that is not finite (a check that comes after the epoch's last step, an
+update that diverged at it) stops the run the same way before the epoch's
 checkpoint.
 """
 
@@ -55,18 +56,20 @@ class NonFiniteLoss(RunFailed):
     run with its own line (stop_diverged); outside the loop (a benchmark's
     steps) it is a RunFailed of its own."""
 
-    def __init__(self, loss: float):
+    def __init__(self, loss: float, steps_back: int = 0):
         super().__init__(f"the training loss is {loss}: training diverged")
         self.loss = loss
-        self.batch: int | None = None  # the batch's index in train_epoch's batches
+        self.steps_back = steps_back  # the loss's step: this many before the one raising
+        self.batch: int | None = None  # the raising batch's index in train_epoch's batches
 
 
-def check_loss(agreed: float) -> None:
+def check_loss(agreed: float, steps_back: int = 0) -> None:
     """The rule, once per optimizer step, on the loss the ranks agreed on
     (their average, reduced with the step's gradients): a nan or an infinity
-    on any one rank makes the average one, so all ranks stop together."""
+    on any one rank makes the average one, so all ranks stop together.
+    steps_back: the loss is that of this many steps before the current one."""
     if not math.isfinite(agreed):
-        raise NonFiniteLoss(agreed)
+        raise NonFiniteLoss(agreed, steps_back)
 
 
 def diverged_line(config: RunConfig, what: str, epoch: int, step: str, lr: float,
@@ -87,6 +90,21 @@ def diverged_line(config: RunConfig, what: str, epoch: int, step: str, lr: float
     change = f"{', '.join(changes[:-1])} or {changes[-1]}"
     return (f"training diverged: {what} at epoch {epoch + 1}/{schedule.epochs}, {step} "
             f"(learning rate {lr:g}); stopped there, {kept}. {change[0].upper()}{change[1:]}")
+
+
+def check_epoch(trainer: "Trainer", is_root: bool, config: RunConfig, record: dict, epoch: int,
+                steps_per_epoch: int, lr_at: Callable[[int], float]) -> None:
+    """Before an epoch's outputs: its losses (summed over ranks, the same on
+    all of them) must be finite. The training loss is not only where the
+    last step's check comes later than the step (PyTorch alone on a GPU);
+    the test loss is not where the last step's update diverged."""
+    last = (epoch + 1) * steps_per_epoch - 1
+    for what in ("train_loss", "test_loss"):
+        if not math.isfinite(record[what]):
+            stop_diverged(trainer, is_root, diverged_line(
+                config, f"{'loss' if what == 'train_loss' else 'test loss'} {record[what]}",
+                epoch, f"step {steps_per_epoch}/{steps_per_epoch}" if what == "train_loss"
+                else "after its last step", lr_at(last), trainer.divergence_advice()))
 
 
 def stop_diverged(trainer: "Trainer", is_root: bool, line: str) -> NoReturn:
@@ -278,7 +296,7 @@ def train_one_epoch(trainer: Trainer, epoch: int, lr_at: Callable[[int], float],
             after_batch=after_batch)
     except NonFiniteLoss as err:
         bar.close()
-        step = trainer.step_in_epoch(err.batch)
+        step = trainer.step_in_epoch(err.batch) - err.steps_back
         stop_diverged(trainer, is_root, diverged_line(
             config, f"loss {err.loss}", epoch, f"step {step + 1}/{steps_per_epoch}",
             lr_at(epoch * steps_per_epoch + step), trainer.divergence_advice()))
@@ -328,13 +346,6 @@ def fit(config: RunConfig, rt, trainer: Trainer, epochs_done: int, started: floa
 
             trainer.average_buffers()
             test_metrics = evaluate(trainer, dog.beat)
-            if not math.isfinite(test_metrics["test_loss"]):
-                # The epoch's last step diverged (its loss, before the update, was
-                # finite): summed over ranks, the same on all of them.
-                stop_diverged(trainer, rt.is_root, diverged_line(
-                    config, f"test loss {test_metrics['test_loss']}", epoch,
-                    "after its last step", lr_at((epoch + 1) * steps_per_epoch - 1),
-                    trainer.divergence_advice()))
             # Every rank sees the same accuracy (summed over ranks), so all stop together.
             reached = (schedule.target_accuracy is not None
                        and test_metrics["test_accuracy"] >= schedule.target_accuracy)
@@ -346,6 +357,7 @@ def fit(config: RunConfig, rt, trainer: Trainer, epochs_done: int, started: floa
                 trainer.sum_across_ranks([loss_sum, correct, count, count / epoch_seconds],
                                        f"train.{epoch}"),
                 test_metrics, epoch_seconds)
+            check_epoch(trainer, rt.is_root, config, record, epoch, steps_per_epoch, lr_at)
             # Every rank learns if rank 0 could not write (a full disk), and all
             # end with its one line instead of waiting in their next collective.
             distributed.check_all_ranks(trainer.allgather_object, rt.rank,

@@ -3,6 +3,7 @@ checkpoints and the closing summary. Every rank runs all of it; only rank 0
 writes files and prints."""
 
 import itertools
+import os
 import socket
 import time
 
@@ -301,6 +302,7 @@ def batch_trainer(model, optimizer, device, amp_dtype, scaler, passes: int,
     batches_done = itertools.count(1)
     step_loss = None  # this rank's loss over the step's batches so far, on the device
     reduces_in_step = adasum_optimizer(optimizer)
+    losses = LossCheck(optimizer, device)
 
     def train_batch(images, labels) -> loop.BatchSums:
         nonlocal step_loss
@@ -312,22 +314,16 @@ def batch_trainer(model, optimizer, device, amp_dtype, scaler, passes: int,
         scaler.scale(loss / passes).backward()
         step_loss = loss.detach() if step_loss is None else step_loss + loss.detach()
         if next(batches_done) % passes == 0:
-            # Why here: the loss's allreduce goes in with the gradients' (the
-            # hooks submitted them during backward(), and synchronize() waits
-            # for them all anyway), fused into their cycle; once they are in,
-            # the averaged loss is too, and reading it is a copy of 4 bytes,
-            # before the update is queued. Every rank reads the same average,
-            # so all stop at this step, before the update.
-            agreed = agreed_loss(optimizer, step_loss)
+            losses.submit(step_loss)  # LossCheck says why here
             step_loss = None
             if reduces_in_step and not scaler.is_enabled():
                 # Adasum's reduction is part of its step, after the update:
                 # the check follows it (and still precedes any write).
                 optimizer.step()
-                loop.check_loss(hvd.synchronize(agreed).item())
+                losses.check()
             else:
                 optimizer.synchronize()
-                loop.check_loss(hvd.synchronize(agreed).item())
+                losses.check()
                 # Horovod's pattern for loss scaling too: reduce, unscale, then
                 # step without reducing a second time.
                 if scaler.is_enabled():
@@ -341,6 +337,52 @@ def batch_trainer(model, optimizer, device, amp_dtype, scaler, passes: int,
                     len(labels))
 
     return train_batch
+
+
+class LossCheck:
+    """loop.check_loss once per optimizer step, on the loss that every rank
+    agrees on: submit() before the gradients are waited for, check() after.
+
+    Why so: with several ranks, the loss's average goes in with the
+    gradients' allreduces (submitted before synchronize(), with their
+    operation, factors and dtype, so Horovod fuses it into their cycle);
+    synchronize() waits for those anyway, so reading the average then is a
+    copy of 4 bytes, before the update is queued, and every rank stops at
+    the same step. One rank has no allreduce to join (Horovod reduces
+    nothing at size 1): on the CPU its loss is read at once; on a GPU it is
+    copied to the host without waiting and read at the next step, when the
+    copy is done unless the device is more than a step behind, so the host
+    still runs ahead (the epoch's last step: the loop's check of the
+    epoch's loss). An elastic run, whose size changes, reads at once."""
+
+    def __init__(self, optimizer, device: torch.device):
+        self.optimizer = optimizer
+        self.lagged = device.type == "cuda" and os.environ.get("HOROVOD_ELASTIC") != "1"
+        self.handle = self.local = None
+        self.host = self.copied = None  # one rank on a GPU: the last step's loss, its event
+
+    def submit(self, loss: torch.Tensor) -> None:
+        if hvd.size() > 1:
+            self.handle = agreed_loss(self.optimizer, loss)
+        elif not self.lagged:
+            self.local = loss
+        else:
+            if self.copied is None:
+                self.host = torch.empty(1, pin_memory=True)
+                self.copied = torch.cuda.Event()
+            else:
+                self.copied.synchronize()
+                loop.check_loss(self.host.item(), steps_back=1)
+            self.host.copy_(loss.float().reshape(1), non_blocking=True)
+            self.copied.record()
+
+    def check(self) -> None:
+        if self.handle is not None:
+            handle, self.handle = self.handle, None
+            loop.check_loss(hvd.synchronize(handle).item())
+        elif self.local is not None:
+            local, self.local = self.local, None
+            loop.check_loss(local.item())
 
 
 def adasum_optimizer(optimizer) -> bool:

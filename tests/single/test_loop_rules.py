@@ -313,3 +313,41 @@ def test_a_test_loss_that_is_not_finite_stops_the_run_before_the_epochs_checkpoi
     assert [call[1:] for call in trainer.calls if call[0] == "checkpoint"] == [(1, 1)]
     assert [line["epoch"] for line in epoch_lines(trainer.config)] == [1]
     assert not (trainer.config.outputs.log_dir / metrics.SUMMARY_NAME).exists()
+
+
+class LaggedSoftmax(SoftmaxTrainer):
+    """Checks each step's loss at the next step (steps_back=1), as PyTorch
+    alone on a GPU does; the rate blows the weights up at step `blow_up`."""
+
+    def __init__(self, config: RunConfig, blow_up: int):
+        super().__init__(config)
+        self.blow_up, self.previous = blow_up, None
+
+    def train_batch(self, points, labels) -> loop.BatchSums:
+        if self.previous is not None:
+            loop.check_loss(self.previous, steps_back=1)
+        sums = self.sums(points, labels)
+        self.previous = sums[0]
+        p = self.probabilities(points)
+        p[np.arange(len(labels)), labels] -= 1
+        with np.errstate(all="ignore"):
+            self.weights -= self.lr * np.c_[points, np.ones(len(points))].T @ p / len(labels)
+        return sums
+
+    def learning_rate(self, step: int, scheduled) -> float:
+        return 1e300 if step == self.blow_up else scheduled(step)
+
+
+@pytest.mark.parametrize("blow_up, step", [(13, "step 5/10"), (18, "step 10/10")])
+def test_a_check_that_comes_a_step_late_names_the_step_and_the_epochs_last_is_caught(
+        tmp_path, capsys, blow_up, step):
+    """The loss of the step after the blow-up is the first that is not
+    finite: named at its step, read at the next, or at the epoch's end for
+    its last step (the epoch's summed loss), before the checkpoint."""
+    trainer = LaggedSoftmax(config_of(tmp_path, "--epochs", "3"), blow_up)
+    assert errors.exit_code(lambda: fit(trainer), "trainer") == 1
+    line = capsys.readouterr().err
+    assert re.fullmatch(rf"trainer: error: training diverged: loss (nan|inf) at epoch 2/3, "
+                        rf"{step} \(learning rate [^)]+\); stopped there, the checkpoint "
+                        r"after epoch 1 is kept as it was\. .*\n", line), line
+    assert [line["epoch"] for line in epoch_lines(trainer.config)] == [1]
