@@ -128,14 +128,16 @@ class MXNetTrainer(loop.Trainer):
             output = self.net(x)
             loss = self.loss_fn(output, y)
         loss.backward()
-        loss_sum = loss.sum()
+        loss_sum = agreed = loss.sum()
         # Why: the loss averaged over the ranks as the gradients are (same
         # operation and factors), queued before them so that it overlaps
         # them; read with the loss, which is read anyway. Every rank reads the
-        # same value, so all stop at the same step.
-        predivide = self.config.horovod.gradient_predivide_factor
-        agreed = hvd.allreduce(loss_sum, average=True, name="loss",
-                               prescale_factor=1.0 / predivide, postscale_factor=predivide)
+        # same value, so all stop at the same step. One rank reduces nothing
+        # (nor do its gradients): its loss is the agreed one.
+        if self.rt.size > 1:
+            predivide = self.config.horovod.gradient_predivide_factor
+            agreed = hvd.allreduce(loss_sum, average=True, name="loss",
+                                   prescale_factor=1.0 / predivide, postscale_factor=predivide)
         self.trainer.step(len(labels))  # gradient of the mean loss, averaged over ranks
         loop.check_loss(float(agreed.asscalar()))
         return float(loss_sum.asscalar()), count_correct(output, y), len(labels)

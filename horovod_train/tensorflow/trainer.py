@@ -130,12 +130,16 @@ class TensorFlowTrainer(loop.Trainer):
         # Why: the loss averaged over the ranks as the gradients are (same
         # operation and factors), in the graph beside their allreduces, which
         # it overlaps; train_batch reads it with the loss it reads anyway, and
-        # every rank reads the same value, so all stop at the same step.
-        predivide = self.config.horovod.gradient_predivide_factor  # 1 with Adasum
-        agreed = hvd.allreduce(tf.reshape(mean_loss, [1]), name="loss", op=hvd.Average,
-                               prescale_factor=1.0 / predivide, postscale_factor=predivide)
+        # every rank reads the same value, so all stop at the same step. One
+        # rank reduces nothing (nor do its gradients): its loss is the agreed one.
+        agreed = mean_loss
+        if self.rt.size > 1:
+            predivide = self.config.horovod.gradient_predivide_factor  # 1 with Adasum
+            agreed = hvd.allreduce(tf.reshape(mean_loss, [1]), name="loss", op=hvd.Average,
+                                   prescale_factor=1.0 / predivide,
+                                   postscale_factor=predivide)[0]
         self.optimizer.apply_gradients(zip(gradients, self.model.trainable_variables, strict=True))
-        return loss, count_correct(logits, labels), agreed[0]
+        return loss, count_correct(logits, labels), agreed
 
     def inference_step(self, images, labels):
         logits = self.model(images, training=False)
