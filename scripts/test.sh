@@ -15,9 +15,10 @@ scripts/build_image.sh for the GPU and the CPU image and the image that
 carries the code (all fast when already done), ruff, then pytest with the
 given arguments (e.g. -k resume,
 -m "not cluster"). Tests on the emulated hosts and the images need root;
-elsewhere they are skipped with the reason. The distro tier (a bare
-Debian 13 set up and trained on, tens of minutes) runs only when named:
-scripts/test.sh tests/distro.
+elsewhere they are skipped with the reason. Two tiers run only when
+named, tens of minutes each: scripts/test.sh tests/distro (a bare Debian 13
+set up and trained on) and scripts/test.sh tests/cuda12 (the CUDA 12 image
+built and run).
 USAGE
     exit 0 ;;
 esac
