@@ -66,15 +66,21 @@ def test_a_host_without_open_mpi_builds_for_gloo_alone(monkeypatch, tmp_path):
     assert inputs["mpi"] is None and inputs["flags"]["HOROVOD_WITHOUT_MPI"] == "1"
 
 
+def nccl_of_version(monkeypatch, tmp_path, version: str) -> None:
+    """An NCCL home whose header says `version`, and no CUDA_HOME."""
+    nccl = tmp_path / "nccl"
+    (nccl / "include").mkdir(parents=True)
+    major, minor, patch = version.split(".")
+    (nccl / "include" / "nccl.h").write_text(
+        f"#define NCCL_MAJOR {major}\n#define NCCL_MINOR {minor}\n#define NCCL_PATCH {patch}\n")
+    monkeypatch.setenv("HOROVOD_NCCL_HOME", str(nccl))
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+
+
 def test_nccl_build_plan(monkeypatch, tmp_path):
     """An NCCL build compiles for the architectures asked for, with the
     lock's CUDA compiler, and each of them is part of the key."""
-    nccl = tmp_path / "nccl"
-    (nccl / "include").mkdir(parents=True)
-    (nccl / "include" / "nccl.h").write_text(
-        "#define NCCL_MAJOR 2\n#define NCCL_MINOR 30\n#define NCCL_PATCH 7\n")
-    monkeypatch.setenv("HOROVOD_NCCL_HOME", str(nccl))
-    monkeypatch.delenv("CUDA_HOME", raising=False)
+    nccl_of_version(monkeypatch, tmp_path, "2.30.7")
     inputs, env = plan_for(gpu_ops="nccl")
     assert env["HOROVOD_GPU_OPERATIONS"] == "NCCL"
     assert env["HOROVOD_BUILD_CUDA_CC_LIST"] == "80,90"
@@ -136,12 +142,7 @@ def test_the_cuda12_build_compiles_with_debians_cuda_12_4_for_what_it_knows(monk
                                                                             tmp_path):
     """torch 2.10's list runs to sm_120; CUDA 12.4's compiler stops at sm_90,
     whose PTX the driver compiles for the later GPUs."""
-    nccl = tmp_path / "nccl"
-    (nccl / "include").mkdir(parents=True)
-    (nccl / "include" / "nccl.h").write_text(
-        "#define NCCL_MAJOR 2\n#define NCCL_MINOR 27\n#define NCCL_PATCH 5\n")
-    monkeypatch.setenv("HOROVOD_NCCL_HOME", str(nccl))
-    monkeypatch.delenv("CUDA_HOME", raising=False)
+    nccl_of_version(monkeypatch, tmp_path, "2.27.5")
     inputs, env = plan_for(torch_version="2.10.0+cu128", torch_cuda="12.8", gpu_ops="nccl",
                            cuda_archs="torch")
     assert env["HOROVOD_BUILD_CUDA_CC_LIST"] == inputs["cuda_archs"] == "75,80,86,90"
