@@ -147,9 +147,15 @@ def debian13(tmp_path_factory):
     mnist.write_subset(T10K_DIR, root / DATA.lstrip("/"), 8000, 2000)
     # The tree runs under this machine's hostname, which its /etc/hosts must
     # name, as Debian's installer writes it: Horovod's Gloo resolves it in
-    # hvd.init(), and 0.28.1's Gloo crashes (SIGSEGV) where it cannot.
-    with open(root / "etc" / "hosts", "a") as hosts:
-        hosts.write(f"127.0.1.1\t{socket.gethostname()}\n")
+    # hvd.init(), and 0.28.1's Gloo crashes (SIGSEGV) where it cannot. A
+    # minbase tree has no /etc/hosts at all: localhost too, or horovodrun
+    # takes -H localhost:2 for a remote host.
+    hosts = root / "etc" / "hosts"
+    known = hosts.read_text() if hosts.exists() else ""
+    with open(hosts, "a") as out:
+        if "localhost" not in known:
+            out.write("127.0.0.1\tlocalhost\n")
+        out.write(f"127.0.1.1\t{socket.gethostname()}\n")
     record["copy_s"] = round(time.monotonic() - started, 1)
     record["debian_version"] = (root / "etc" / "debian_version").read_text().strip()
 
