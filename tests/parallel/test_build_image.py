@@ -24,8 +24,9 @@ def build_tiny(tmp_path, base: str, tag: str, last_line: str) -> str:
     (tmp_path / "Dockerfile").write_text(
         f"FROM {base}\nRUN echo shared > /shared\nRUN echo {last_line} > /own\n"
         f"RUN echo {last_line} > /own2\n")
-    subprocess.run(["podman", "build", "-q", "--layers", "--isolation", "chroot", "-t", tag,
-                    str(tmp_path)], check=True, capture_output=True, timeout=300)
+    built = subprocess.run(["podman", "build", "-q", "--layers", "--isolation", "chroot", "-t",
+                            tag, str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr[-2000:]  # podman's reason, when it fails
     return build_image.image_id("podman", tag)
 
 
