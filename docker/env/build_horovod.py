@@ -173,12 +173,9 @@ def fetch_deb(pool_path: str, digest: str, into: Path) -> Path:
             shutil.copyfileobj(response, out, 1 << 20)
     except OSError as err:
         raise RunFailed(f"downloading {url} failed: {err}") from None
-    sha = hashlib.sha256()
-    with open(target, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            sha.update(block)
-    if sha.hexdigest() != digest:
-        raise RunFailed(f"{url}: sha256 {sha.hexdigest()}, expected {digest}")
+    found = sha256_of(target)
+    if found != digest:
+        raise RunFailed(f"{url}: sha256 {found}, expected {digest}")
     return target
 
 
@@ -289,15 +286,16 @@ def resolved_cuda_archs(asked: str, info: dict) -> str:
     if not archs:
         raise UserError("--cuda-archs torch: the environment's torch lists no CUDA architectures "
                         "(a CPU build of torch?); name them, e.g. --cuda-archs 80,90")
-    if cuda_major_of(info) == 12 and not os.environ.get("CUDA_HOME"):
+    if cuda_major(info.get("torch_cuda")) == 12 and not os.environ.get("CUDA_HOME"):
         archs = [a for a in archs if int(a.rstrip("abcdefghijklmnopqrstuvwxyz"))
                  <= CUDA12_NEWEST_ARCH]
     return ",".join(archs)
 
 
-def cuda_major_of(info: dict) -> int:
-    """The CUDA major of the environment's torch ("12.8" -> 12)."""
-    return int((info.get("torch_cuda") or str(CUDA_MAJORS[0])).split(".")[0])
+def cuda_major(torch_cuda: str | None) -> int:
+    """The CUDA major of torch's CUDA release ("12.8" -> 12); the lock's
+    where torch has none."""
+    return int((torch_cuda or str(CUDA_MAJORS[0])).split(".")[0])
 
 
 def check_cuda_archs(archs: str, cuda_home: Path) -> None:
@@ -381,7 +379,7 @@ def plan(args, info: dict) -> tuple[dict, dict]:
     toolkit = None
     if needs_cuda:
         toolkit = os.environ.get("CUDA_HOME") or (
-            f"cuda-toolkit=={locked_version('cuda-toolkit')}" if cuda_major_of(info) == 13
+            f"cuda-toolkit=={locked_version('cuda-toolkit')}" if cuda_major(torch_cuda) == 13
             else f"nvidia-cuda-toolkit {CUDA12_TOOLKIT} (Debian)")
     patches = {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
                for p in sorted(PATCH_DIR.glob("*.patch"))}
@@ -410,7 +408,7 @@ def cuda_env(args, inputs: dict) -> dict:
     the architectures are checked against nvcc before minutes of compiling."""
     if inputs["gpu_ops"] != "nccl":
         return {}
-    cuda_home = cuda_toolkit(args.cache_dir, args.python, int(inputs["cuda"].split(".")[0]))
+    cuda_home = cuda_toolkit(args.cache_dir, args.python, cuda_major(inputs["cuda"]))
     check_cuda_archs(inputs["cuda_archs"], cuda_home)
     # Horovod's build asks `nvcc` on the PATH before HOROVOD_CUDA_HOME's.
     path = f"{cuda_home / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"
@@ -445,7 +443,12 @@ def fetch_sdist(cache: Path, python: str) -> Path:
 
 
 def sha256_of(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    """Read in blocks: a CUDA 12 package is near a gigabyte."""
+    sha = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            sha.update(block)
+    return sha.hexdigest()
 
 
 def build_wheel(args, sdist: Path, env: dict, entry: Path, inputs: dict) -> None:
