@@ -299,11 +299,11 @@ def main(argv: list[str]) -> int:
                         help="fill the wheelhouse (every pinned package) and print its path; "
                              "scripts/test.sh sets up the checkout's venv from it too")
     args = parser.parse_args(argv)
-    if args.wheelhouse_only:
-        print(wheelhouse(args.python))
-        return 0
     if args.cuda != build_horovod.CUDA_MAJORS[0] and (args.app or args.device != "gpu"):
         parser.error(f"--cuda {args.cuda} is for the GPU image (--device gpu)")
+    if args.wheelhouse_only:
+        print(wheelhouse(args.python, args.cuda))
+        return 0
     default_tag = "app" if args.app else args.device
     if args.cuda != build_horovod.CUDA_MAJORS[0]:
         default_tag += f"-cuda{args.cuda}"

@@ -138,15 +138,17 @@ def gpu_count_problem(host: str, local_ranks: int, gpus: int) -> str | None:
             f"(-H {host}:{gpus}) or more GPUs")
 
 
-def check_driver(torch) -> None:
+def check_driver(torch) -> int | None:
     """A UserError of one line when the host has an NVIDIA driver too old for
-    torch's CUDA (torch would quietly report no GPU)."""
+    torch's CUDA (torch would quietly report no GPU); else the CUDA release
+    the driver supports, None where there is no driver."""
     supported = driver_cuda_version()
     if supported is None or not torch.version.cuda:
-        return
+        return supported
     problem = driver_problem(supported, torch.version.cuda, driver_version())
     if problem:
         raise UserError(problem)
+    return supported
 
 
 def check_architecture(torch, device) -> None:

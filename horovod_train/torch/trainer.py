@@ -40,13 +40,13 @@ def init(use_cuda: bool, threads: int | None,
     builds the same initial model (rank 0's is broadcast anyway)."""
     allocator.keep_freed_memory()
     if use_cuda:
-        gpu.check_driver(torch)  # a driver too old leaves torch quietly without CUDA
+        # A driver too old leaves torch quietly without CUDA.
+        driver_cuda = gpu.check_driver(torch)
         # A build for GPUs falls back to the CPU only when asked (--no-cuda):
         # a container started without its GPUs would otherwise train for
         # hours on the CPU.
         if hvd.nccl_built() and not torch.cuda.is_available():
-            raise UserError(gpu.no_gpu_problem(socket.gethostname(),
-                                               gpu.driver_cuda_version() is not None))
+            raise UserError(gpu.no_gpu_problem(socket.gethostname(), driver_cuda is not None))
     use_cuda = use_cuda and torch.cuda.is_available()
     if use_cuda:
         NCCL_OUTPUT.start()
