@@ -37,8 +37,10 @@ CACHE = Path(os.environ.get("HVT_DISTRO_CACHE",
                             Path.home() / ".cache" / "horovod-train" / "distro"))
 RECORD = Path(os.environ.get("HVT_DISTRO_RECORD", REPO / "runs" / "distro" /
                              "debian13-pytorch.json"))
-CHECKOUT = "/work/checkout"  # inside the tree
-DATA = "/work/mnist"
+# Inside the tree, where a user of the host would have them.
+USER_DIR = "/home/user"
+CHECKOUT = f"{USER_DIR}/horovod-train"
+DATA = f"{USER_DIR}/mnist"
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 HOST_CA = "/etc/ssl/host-ca.crt"  # inside the tree, bound from the host's bundle
 
@@ -212,7 +214,7 @@ def test_setup_refuses_tensorflow_and_mxnet_on_3_13_in_one_line(debian13, framew
 def test_two_ranks_train_on_debian13(debian13, controller):
     if debian13["setup"].returncode != 0:
         pytest.skip("setup failed (test_setup_sets_up_pytorch_on_python_3_13 says how)")
-    log_dir = f"/work/runs/{controller}"
+    log_dir = f"{USER_DIR}/runs/{controller}"
     command = (f"cd {CHECKOUT} && .venv/bin/horovodrun -np 2 -H localhost:2 --{controller} "
                f".venv/bin/python horovod_train/pytorch_mnist.py --data-dir {DATA} "
                f"--no-download --epochs 3 --no-progress --log-dir {log_dir}")
