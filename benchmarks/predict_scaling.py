@@ -29,6 +29,21 @@ bounds: no overlap (step = compute + allreduce) and full overlap (step =
 the longer of the two, the allreduce hidden behind the backward pass as far
 as it can be).
 
+--timeline FILE (benchmarks/measure_timeline.py) turns the model into a
+timeline one, the point estimate: the one-GPU step is split into forward,
+backward and optimizer by the file's shares, each gradient becomes ready at
+its fraction of the backward, and Horovod's background loop is replayed:
+every cycle (--cycle-ms) it takes the gradients ready by then, fuses them in
+ready order into buffers of at most --fusion-mb, and allreduces the buffers
+one after another, each costing --op-latency-us, the links' per-step
+latencies and its bytes over the slowest link (--algorithm ring: one ring
+over all ranks; hierarchical: a ring inside each node, the nodes' ring
+between, a ring inside again). The step ends when both the backward and the
+last allreduce have, then pays the optimizer. The allreduce left exposed is
+the step less the one-GPU step. The links are taken as given (nothing is
+fitted), and the two bounds stay beside the estimate as a check: no overlap
+(every gradient ready at the backward's end) and full overlap.
+
 --validate OTHER.json tests the model on runs it was not fitted to: each
 measured multi-rank layout of OTHER (e.g. the same matrix with
 --fp16-allreduce) is predicted from OTHER's own 1x1 and gradient size with
@@ -37,6 +52,7 @@ the links fitted here, next to what was measured.
 
 import argparse
 import json
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -49,6 +65,7 @@ from horovod_train.core.options import non_negative_float, positive_float
 PROG = "predict_scaling"
 DEFAULT_LAYOUTS = "1x1,1x2,2x2,2x4,4x8,16x8"
 SCHEMA_VERSION = 1
+PHASES = 8  # of Horovod's cycle against the step, averaged over
 
 
 # ---- input ------------------------------------------------------------------
@@ -122,6 +139,154 @@ def comm_time(ranks: int, gradient_bytes: float, link: dict) -> float:
     return hops * link["latency_s"] + moved / link["bytes_per_s"]
 
 
+# ---- the timeline model -----------------------------------------------------
+
+def load_timeline(path: Path) -> dict:
+    """A backward timeline of benchmarks/measure_timeline.py, checked."""
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise UserError(f"{path}: cannot read: {err}") from None
+    except json.JSONDecodeError as err:
+        raise UserError(f"{path}: not JSON ({err.msg} at line {err.lineno})") from None
+    shares = data.get("shares") if isinstance(data, dict) else None
+    gradients = data.get("gradients") if isinstance(data, dict) else None
+    if (not isinstance(shares, dict)
+            or not all(isinstance(shares.get(k), (int, float)) and shares[k] >= 0
+                       for k in ("forward", "backward", "optimizer"))
+            or not isinstance(gradients, list) or not gradients
+            or not all(isinstance(g, list) and len(g) == 2 and 0 <= g[0] <= 1 and g[1] > 0
+                       for g in gradients)):
+        raise UserError(f"{path}: not a timeline of benchmarks/measure_timeline.py "
+                        "(shares and gradients [ready fraction, bytes])")
+    total = sum(shares[k] for k in ("forward", "backward", "optimizer"))
+    if total <= 0:
+        raise UserError(f"{path}: the step's shares add up to nothing")
+    return {**data, "shares": {k: shares[k] / total for k in ("forward", "backward",
+                                                               "optimizer")}}
+
+
+def allreduce_time(nbytes: float, nodes: int, per_node: int, net: dict) -> float:
+    """One allreduce of nbytes over nodes x per_node ranks. Bandwidth terms
+    are the bytes the busiest link carries: a ring over P ranks sends
+    2(P-1)/P of the buffer through every rank's link, and through every
+    node's boundary. Latency: --op-latency-us once, and each of the ring's
+    steps the latency of the link it crosses, as NCCL's tuning model counts
+    them (src/graph/tuning.cc)."""
+    ranks = nodes * per_node
+    if ranks == 1:
+        return 0.0
+    intra, inter = net["intra"], net["inter"]
+    cost = net["op_latency_s"]
+    if nodes == 1:
+        return cost + 2 * (per_node - 1) * (intra["latency_s"]
+                                            + nbytes / per_node / intra["bytes_per_s"])
+    if net["algorithm"] == "hierarchical" and per_node > 1:
+        # Reduce-scatter inside the node, the nodes' ring on 1/G of the
+        # buffer per rank (all G at once through the node's NICs), all-gather.
+        inside = 2 * (per_node - 1) * (intra["latency_s"]
+                                       + nbytes / per_node / intra["bytes_per_s"])
+        between = 2 * (nodes - 1) * (inter["latency_s"]
+                                     + nbytes / nodes / inter["bytes_per_s"])
+        return cost + inside + between
+    slowest = inter["bytes_per_s"] if per_node == 1 else min(inter["bytes_per_s"],
+                                                            intra["bytes_per_s"])
+    inter_steps = 2 * nodes if per_node > 1 else 2 * (ranks - 1)
+    latency = (inter_steps * inter["latency_s"]
+               + (2 * (ranks - 1) - inter_steps) * intra["latency_s"])
+    return cost + latency + 2 * (ranks - 1) / ranks * nbytes / slowest
+
+
+def replay(ready: list[tuple[float, float]], nodes: int, per_node: int, net: dict,
+           start_s: float) -> tuple[float, float, int]:
+    """Horovod's background loop over gradients (ready time, bytes), sorted
+    by ready time: every cycle it takes what is ready, fuses it in order into
+    buffers of at most the fusion threshold (a larger tensor goes alone), and
+    runs the buffers one after another. Returns (when the last allreduce
+    ends, the time spent in allreduces, how many there were)."""
+    cycle, threshold = net["cycle_s"], net["fusion_bytes"]
+    if cycle <= 0:
+        return replay_buckets(ready, nodes, per_node, net, start_s)
+    now, busy, operations, index, last_end = start_s, 0.0, 0, 0, start_s
+    while index < len(ready):
+        if ready[index][0] > now:
+            # Asleep until the first cycle at or after the next gradient.
+            gap = ready[index][0] - now
+            now = now + math.ceil(gap / cycle) * cycle if cycle > 0 else ready[index][0]
+        wake = now
+        buffers: list[float] = []
+        while index < len(ready) and ready[index][0] <= wake:
+            nbytes = ready[index][1]
+            if buffers and buffers[-1] + nbytes <= threshold:
+                buffers[-1] += nbytes
+            else:
+                buffers.append(nbytes)
+            index += 1
+        spent = sum(allreduce_time(b, nodes, per_node, net) for b in buffers)
+        busy += spent
+        operations += len(buffers)
+        last_end = wake + spent
+        # The next cycle begins when this one's allreduces are done, and
+        # not before a cycle time has passed.
+        now = wake + max(spent, cycle)
+    return last_end, busy, operations
+
+
+def replay_buckets(ready: list[tuple[float, float]], nodes: int, per_node: int, net: dict,
+                   start_s: float) -> tuple[float, float, int]:
+    """A reducer without a cycle (PyTorch DDP's): gradients fill buckets of
+    at most the fusion threshold in ready order, and each bucket's allreduce
+    starts once its last gradient is ready and the one before has ended."""
+    buckets: list[list[float]] = []  # [ready, bytes]
+    for when, nbytes in ready:
+        if buckets and buckets[-1][1] + nbytes <= net["fusion_bytes"]:
+            buckets[-1] = [when, buckets[-1][1] + nbytes]
+        else:
+            buckets.append([when, nbytes])
+    end, busy = start_s, 0.0
+    for when, nbytes in buckets:
+        spent = allreduce_time(nbytes, nodes, per_node, net)
+        end = max(end, when) + spent
+        busy += spent
+    return end, busy, len(buckets)
+
+
+def simulate_step(timeline: dict, compute_s: float, nodes: int, per_node: int,
+                  net: dict) -> dict:
+    """One step at a layout: the one-GPU step split by the timeline's shares,
+    the allreduces replayed against the gradients' ready times. Also the two
+    bounds, from the same allreduces: no overlap (every gradient ready when
+    the backward ends) and full overlap (the longer of compute and
+    allreduces)."""
+    if nodes * per_node == 1:
+        return {"step_s": compute_s, "comm_s": 0.0, "exposed_s": 0.0, "allreduces": 0,
+                "step_no_overlap_s": compute_s, "step_full_overlap_s": compute_s}
+    shares = timeline["shares"]
+    forward = compute_s * shares["forward"]
+    backward = compute_s * shares["backward"]
+    optimizer = compute_s * shares["optimizer"]
+    scale = 0.5 if net["fp16"] else 1.0
+    ready = sorted((forward + fraction * backward, nbytes * scale)
+                   for fraction, nbytes in timeline["gradients"])
+    late = [(forward + backward, nbytes) for _, nbytes in ready]
+    # Horovod's cycles keep their own beat, unrelated to the step's: the
+    # figures are the mean over phases of the cycle against the forward's start.
+    phases = [k / PHASES * net["cycle_s"] for k in range(PHASES)] if net["cycle_s"] > 0 else [0]
+    steps, no_overlap, busy, operations, busy_late = [], [], 0.0, 0, 0.0
+    for phase in phases:
+        end, busy, operations = replay(ready, nodes, per_node, net, forward + phase)
+        steps.append(max(forward + backward, end) + optimizer)
+        end_late, busy_late, _ = replay(late, nodes, per_node, net, forward + phase)
+        no_overlap.append(max(forward + backward, end_late) + optimizer)
+    step = statistics.fmean(steps)
+    return {"step_s": step, "comm_s": busy, "exposed_s": step - compute_s,
+            "allreduces": operations,
+            "step_no_overlap_s": statistics.fmean(no_overlap),
+            "step_full_overlap_s": max(compute_s, busy_late)}
+
+
 def fit_link(points: list[tuple[int, float]], gradient_bytes: float,
              latency_s: float | None) -> tuple[float, float, str]:
     """Least squares for (alpha, 1/B) from (ranks, exposed communication)
@@ -155,9 +320,16 @@ def links(measured: dict, compute_s: float, gradient_bytes: float,
     """The inter- and intra-node links: given on the command line, else fitted
     from the measured layouts that were not oversubscribed."""
     result: dict[str, dict | None] = {}
+    if getattr(args, "inter_gbit_per_gpu", None) is not None:
+        latency_s = (args.inter_latency_us or 0.0) * 1e-6
+        result["inter"] = {"bytes_per_s": args.inter_gbit_per_gpu * 1e9 / 8,
+                           "latency_s": latency_s, "per_gpu": True,
+                           "source": "given, one NIC per GPU"}
     for name, gbit, latency_us, pick in (
             ("inter", args.inter_gbit, args.inter_latency_us, lambda n, g: n > 1),
             ("intra", args.intra_gbit, args.intra_latency_us, lambda n, g: n == 1 and g > 1)):
+        if name in result:
+            continue
         latency_s = None if latency_us is None else latency_us * 1e-6
         if gbit is not None:
             result[name] = {"bytes_per_s": gbit * 1e9 / 8, "latency_s": latency_s or 0.0,
@@ -181,7 +353,8 @@ def links(measured: dict, compute_s: float, gradient_bytes: float,
 
 
 def predict(layout: tuple[int, int], compute_s: float, batch: int, gradient_bytes: float,
-            link_by_name: dict[str, dict | None]) -> dict:
+            link_by_name: dict[str, dict | None], timeline: dict | None = None,
+            net: dict | None = None) -> dict:
     nodes, per_node = layout
     ranks = nodes * per_node
     row = {"layout": f"{nodes}x{per_node}", "nodes": nodes, "ranks_per_node": per_node,
@@ -189,6 +362,8 @@ def predict(layout: tuple[int, int], compute_s: float, batch: int, gradient_byte
            "images_per_sec": None, "images_per_sec_per_rank": None, "efficiency": None,
            "images_per_sec_full_overlap": None, "efficiency_full_overlap": None,
            "note": ""}
+    if timeline is not None:
+        return predict_timeline(row, compute_s, batch, link_by_name, timeline, net)
     if ranks == 1:
         comm = 0.0
     else:
@@ -206,6 +381,39 @@ def predict(layout: tuple[int, int], compute_s: float, batch: int, gradient_byte
                images_per_sec_per_rank=batch / step, efficiency=compute_s / step,
                images_per_sec_full_overlap=ranks * batch / hidden,
                efficiency_full_overlap=compute_s / hidden)
+    return row
+
+
+def predict_timeline(row: dict, compute_s: float, batch: int,
+                     link_by_name: dict[str, dict | None], timeline: dict,
+                     net: dict) -> dict:
+    """The timeline model's row: the point estimate, the allreduce left
+    exposed, and the no-overlap and full-overlap bounds."""
+    nodes, per_node, ranks = row["nodes"], row["ranks_per_node"], row["ranks"]
+    needed = ([] if ranks == 1 else ["intra"] if nodes == 1
+              else ["inter", "intra"] if per_node > 1 else ["inter"])
+    row["link"] = "inter" if nodes > 1 else ("intra" if ranks > 1 else None)
+    missing = [name for name in needed if link_by_name.get(name) is None]
+    row.update(images_per_sec_no_overlap=None, efficiency_no_overlap=None,
+               exposed_comm_s=None, allreduces=None)
+    if missing:
+        row["note"] = "; ".join(f"{name}-node link unknown: give --{name}-gbit"
+                                for name in missing)
+        return row
+    inter = link_by_name.get("inter")
+    if inter is not None and inter.get("per_gpu"):
+        inter = {**inter, "bytes_per_s": inter["bytes_per_s"] * per_node}
+    step = simulate_step(timeline, compute_s, nodes, per_node,
+                         {**net, "intra": link_by_name.get("intra"), "inter": inter})
+    row.update(step_time_s=step["step_s"], comm_time_s=step["comm_s"],
+               exposed_comm_s=step["exposed_s"], allreduces=step["allreduces"],
+               images_per_sec=ranks * batch / step["step_s"],
+               images_per_sec_per_rank=batch / step["step_s"],
+               efficiency=compute_s / step["step_s"],
+               images_per_sec_no_overlap=ranks * batch / step["step_no_overlap_s"],
+               efficiency_no_overlap=compute_s / step["step_no_overlap_s"],
+               images_per_sec_full_overlap=ranks * batch / step["step_full_overlap_s"],
+               efficiency_full_overlap=compute_s / step["step_full_overlap_s"])
     return row
 
 
@@ -231,14 +439,14 @@ def with_measured(row: dict, measured: dict, batch: int, fitted_from: set) -> di
     return row
 
 
-def model(data: dict, args: argparse.Namespace) -> tuple[float, dict, dict]:
+def model(data: dict, args: argparse.Namespace, fit: bool = True) -> tuple[float, dict, dict]:
     measured = median_steps(data, args.launcher)
     if (1, 1) not in measured:
         raise UserError(f"{args.results}: no successful 1x1 run of launcher "
                         f"{args.launcher}: the model needs it for the compute time")
     compute_s = measured[(1, 1)]["step_s"]
     gradient_bytes = data["settings"]["gradient_bytes"]
-    return compute_s, measured, links(measured, compute_s, gradient_bytes, args)
+    return compute_s, measured, links(measured if fit else {}, compute_s, gradient_bytes, args)
 
 
 def validate(other: dict, args: argparse.Namespace, link_by_name: dict) -> list[dict]:
@@ -265,6 +473,9 @@ def describe_link(name: str, link: dict | None) -> str:
     if link is None:
         return f"{name}-node link: unknown"
     gbit = link["bytes_per_s"] * 8 / 1e9
+    if link.get("per_gpu"):
+        return (f"{name}-node link: {gbit:.3g} Gbit/s per GPU (one NIC each), latency "
+                f"{link['latency_s'] * 1e6:.3g} us; {link['source']}")
     return (f"{name}-node link: {gbit:.3g} Gbit/s, latency {link['latency_s'] * 1e6:.3g} us"
             f"; {link['source']}")
 
@@ -289,6 +500,28 @@ def table(rows: list[dict]) -> list[str]:
     return lines
 
 
+def timeline_table(rows: list[dict]) -> list[str]:
+    def fmt(value, spec: str, scale: float = 1.0) -> str:
+        return "–" if value is None else format(value * scale, spec)
+
+    lines = ["| layout | ranks | predicted images/s | per rank | efficiency "
+             "| allreduce exposed ms | allreduces ms (count) | bounds: no overlap "
+             "| full overlap | measured images/s | prediction error | notes |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        count = "" if r.get("allreduces") is None else f" ({r['allreduces']})"
+        lines.append(
+            f"| {r['layout']} | {r['ranks']} | {fmt(r['images_per_sec'], '.1f')} "
+            f"| {fmt(r['images_per_sec_per_rank'], '.1f')} | {fmt(r['efficiency'], '.1%')} "
+            f"| {fmt(r.get('exposed_comm_s'), '.1f', 1e3)} "
+            f"| {fmt(r['comm_time_s'], '.1f', 1e3)}{count} "
+            f"| {fmt(r.get('efficiency_no_overlap'), '.0%')} "
+            f"| {fmt(r['efficiency_full_overlap'], '.0%')} "
+            f"| {fmt(r.get('measured_images_per_sec'), '.1f')} | {fmt(r.get('error'), '+.0%')} "
+            f"| {r['note']} |")
+    return lines
+
+
 def markdown(report: dict) -> str:
     s = report["source"]
     fp16 = ", --fp16 (gradients halved)" if report["fp16"] else ""
@@ -302,18 +535,34 @@ def markdown(report: dict) -> str:
                 f"{s['batch_per_rank']} per rank, {report['gradient_bytes'] / 1e6:.1f} MB of "
                 f"gradients{fp16}, launcher {report['launcher']}; from `{report['results']}`")
         compute = f"- compute: {report['compute_s'] * 1e3:.1f} ms per step (median 1x1)"
+    timeline = report.get("timeline")
+    if timeline is None:
+        model_line = ("Model: step = compute + 2(P-1)·alpha + 2(P-1)/P · S / B (ring "
+                      "allreduce over P ranks; the slowest link: between nodes when N > 1); "
+                      "full overlap: step = the longer of compute and allreduce")
+        rows = table(report["rows"])
+    else:
+        shares, settings = timeline["shares"], timeline["settings"]
+        model_line = (
+            f"Model: the timeline `{timeline['file']}` ({timeline['model']}, measured on "
+            f"{timeline['measured_on']}: forward {shares['forward']:.0%}, backward "
+            f"{shares['backward']:.0%}, optimizer {shares['optimizer']:.0%} of a step) "
+            f"scaled to the one-GPU step; Horovod's loop replayed with fusion "
+            f"{settings['fusion_mb']:g} MB, cycle {settings['cycle_ms']:g} ms, "
+            f"{settings['op_latency_us']:g} us per allreduce, {settings['algorithm']} "
+            "between nodes; bounds: no overlap (all gradients ready at the backward's end), "
+            "full overlap")
+        rows = timeline_table(report["rows"])
     lines = [
         head,
         "",
-        "Model: step = compute + 2(P-1)·alpha + 2(P-1)/P · S / B (ring allreduce over P "
-        "ranks; the slowest link: between nodes when N > 1); full overlap: step = the "
-        "longer of compute and allreduce",
+        model_line,
         "",
         compute,
         f"- {describe_link('inter', report['links']['inter'])}",
         f"- {describe_link('intra', report['links']['intra'])}",
         "",
-        *table(report["rows"]),
+        *rows,
     ]
     if report.get("validation"):
         v = report["validation"]
@@ -344,6 +593,25 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="latency inside a node in microseconds")
     parser.add_argument("--fp16", action="store_true",
                         help="predict with gradients halved, as --fp16-allreduce sends them")
+    timed = parser.add_argument_group(
+        "the timeline model", "a point estimate from when each gradient is ready; the links "
+                              "are then given, never fitted")
+    timed.add_argument("--timeline", type=Path, metavar="FILE",
+                       help="the model's backward timeline (benchmarks/measure_timeline.py, "
+                            "committed under benchmarks/timelines/)")
+    timed.add_argument("--fusion-mb", type=non_negative_float, default=64.0, metavar="MB",
+                       help="Horovod's fusion threshold, HOROVOD_FUSION_THRESHOLD in MB "
+                            "(default 64, Horovod's own; 0: every tensor alone)")
+    timed.add_argument("--cycle-ms", type=non_negative_float, default=1.0, metavar="MS",
+                       help="Horovod's cycle time, HOROVOD_CYCLE_TIME (default 1; 0 for a "
+                            "reducer that starts a bucket as soon as it is full, as DDP's)")
+    timed.add_argument("--op-latency-us", type=non_negative_float, default=8.4, metavar="US",
+                       help="the fixed cost of one allreduce: negotiation and the "
+                            "transport's start-up (default 8.4, NCCL's base latency of a "
+                            "ring allreduce in its tuning model)")
+    timed.add_argument("--algorithm", choices=["ring", "hierarchical"], default="ring",
+                       help="between nodes: one ring over all ranks (NCCL's), or "
+                            "HOROVOD_HIERARCHICAL_ALLREDUCE's ring inside, ring between")
     parser.add_argument("--validate", type=Path, metavar="OTHER_RESULTS",
                         help="another results.json whose multi-rank layouts are predicted "
                              "with the links fitted here and compared with what it measured")
@@ -357,10 +625,29 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     described.add_argument("--gradient-mb", type=positive_float, metavar="MB",
                            help="gradient bytes each rank allreduces per step, in MB (4 x "
                                 "parameters for fp32 gradients)")
+    parser.add_argument("--inter-gbit-per-gpu", type=positive_float, metavar="GBIT",
+                        help="instead of --inter-gbit: one NIC of this rate per GPU, so a "
+                             "node of G ranks sends at G x GBIT")
+    parser.add_argument("--matrix-dir", type=Path, metavar="DIR",
+                        help="also write the predicted layouts as benchmarks/run_matrix.sh "
+                             "writes a measured matrix (results.json, scaling.csv, scaling.md), "
+                             "marked as predicted")
     parser.add_argument("--markdown", type=Path, help="also write the report here")
     parser.add_argument("--json", type=Path, help="write the report as JSON here")
     args = parser.parse_args(argv)
-    layout_options = ("images_per_sec", "batch_size", "gradient_mb")
+    if args.inter_gbit_per_gpu is not None:
+        if args.inter_gbit is not None:
+            parser.error("--inter-gbit-per-gpu and --inter-gbit both give the link between "
+                         "nodes: give one")
+        if args.timeline is None:
+            parser.error("--inter-gbit-per-gpu needs the timeline model (--timeline)")
+    if args.timeline is not None and args.gradient_mb is not None:
+        parser.error("--gradient-mb: the timeline gives the gradients' sizes; drop one")
+    if args.timeline is not None and args.validate is not None:
+        parser.error("--validate checks links fitted to a results.json; the timeline model "
+                     "fits nothing: predict the other results.json with --timeline instead")
+    layout_options = ("images_per_sec", "batch_size") + (
+        () if args.timeline is not None else ("gradient_mb",))
     described = [f"--{name.replace('_', '-')}" for name in layout_options
                  if getattr(args, name) is not None]
     if args.results is not None and described:
@@ -378,30 +665,54 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             parser.error("--validate compares with the links fitted to a results.json: give one")
         for name, where, wanted in (("inter", "across nodes", lambda n, g: n > 1),
                                     ("intra", "inside a node", lambda n, g: n == 1 and g > 1)):
-            if getattr(args, f"{name}_gbit") is None and any(wanted(*lay)
+            given = getattr(args, f"{name}_gbit") is not None or (
+                name == "inter" and args.inter_gbit_per_gpu is not None)
+            if not given and any(wanted(*lay)
                                                              for lay in args.layouts):
                 parser.error(f"a described layout needs its links: give --{name}-gbit "
                              f"(layouts {where})")
-    for option in ("markdown", "json"):
+    for option in ("markdown", "json", "matrix_dir"):
         path = getattr(args, option)
         if path is not None and not path.resolve().parent.is_dir():
-            parser.error(f"--{option}: directory {path.resolve().parent} does not exist")
+            parser.error(f"--{option.replace('_', '-')}: directory {path.resolve().parent} "
+                         "does not exist")
     return args
+
+
+def network(args: argparse.Namespace) -> dict:
+    """Horovod's settings and the allreduce's algorithm, for the timeline model."""
+    return {"fusion_bytes": args.fusion_mb * 1e6, "cycle_s": args.cycle_ms * 1e-3,
+            "op_latency_s": args.op_latency_us * 1e-6, "algorithm": args.algorithm,
+            "fp16": args.fp16}
+
+
+def timeline_record(args: argparse.Namespace, timeline: dict | None) -> dict | None:
+    if timeline is None:
+        return None
+    return {"file": str(args.timeline), "model": timeline.get("model"),
+            "measured_on": timeline.get("device"), "shares": timeline["shares"],
+            "gradient_bytes": sum(nbytes for _, nbytes in timeline["gradients"]),
+            "settings": {"fusion_mb": args.fusion_mb, "cycle_ms": args.cycle_ms,
+                         "op_latency_us": args.op_latency_us, "algorithm": args.algorithm}}
 
 
 def described_report(args: argparse.Namespace) -> dict:
     """The report of a layout described on the command line: compute from
     one GPU's images/s, the links as given."""
     compute_s = args.batch_size / args.images_per_sec
-    gradient_bytes = args.gradient_mb * 1e6 / (2 if args.fp16 else 1)
+    timeline = None if args.timeline is None else load_timeline(args.timeline)
+    megabytes = (args.gradient_mb if timeline is None
+                 else sum(nbytes for _, nbytes in timeline["gradients"]) / 1e6)
+    gradient_bytes = megabytes * 1e6 / (2 if args.fp16 else 1)
     link_by_name = links({}, compute_s, gradient_bytes, args)
-    rows = [predict(layout, compute_s, args.batch_size, gradient_bytes, link_by_name)
+    rows = [predict(layout, compute_s, args.batch_size, gradient_bytes, link_by_name,
+                    timeline, network(args))
             for layout in args.layouts]
     return {
         "schema_version": SCHEMA_VERSION, "results": None, "launcher": None, "fp16": args.fp16,
         "source": {"images_per_sec": args.images_per_sec, "batch_per_rank": args.batch_size},
         "gradient_bytes": gradient_bytes, "compute_s": compute_s, "links": link_by_name,
-        "rows": rows, "validation": None,
+        "timeline": timeline_record(args, timeline), "rows": rows, "validation": None,
     }
 
 
@@ -409,8 +720,15 @@ def build_report(args: argparse.Namespace) -> dict:
     if args.results is None:
         return described_report(args)
     data = load_results(args.results)
-    compute_s, measured, link_by_name = model(data, args)
+    timeline = None if args.timeline is None else load_timeline(args.timeline)
+    compute_s, measured, link_by_name = model(data, args, fit=timeline is None)
     settings = data["settings"]
+    if timeline is not None:
+        timed_bytes = sum(nbytes for _, nbytes in timeline["gradients"])
+        if abs(timed_bytes / settings["gradient_bytes"] - 1) > 0.01:
+            raise UserError(f"{args.timeline}: {timed_bytes / 1e6:.1f} MB of gradients, "
+                            f"{args.results}: {settings['gradient_bytes'] / 1e6:.1f} MB: "
+                            "not the same model")
     batch = settings["batch_per_rank"]
     gradient_bytes = settings["gradient_bytes"]
     if args.fp16 and not settings.get("fp16_allreduce"):
@@ -419,7 +737,10 @@ def build_report(args: argparse.Namespace) -> dict:
     comparable = measured if gradient_bytes == settings["gradient_bytes"] else {}
     fitted_from = {layout for layout, m in measured.items()
                    if layout != (1, 1) and not m["oversubscribed"]}
-    rows = [with_measured(predict(layout, compute_s, batch, gradient_bytes, link_by_name),
+    if timeline is not None:
+        fitted_from = set()
+    rows = [with_measured(predict(layout, compute_s, batch, gradient_bytes, link_by_name,
+                                  timeline, network(args)),
                           comparable, batch, fitted_from)
             for layout in args.layouts]
     report = {
@@ -427,7 +748,7 @@ def build_report(args: argparse.Namespace) -> dict:
         "launcher": args.launcher, "fp16": args.fp16,
         "source": {key: settings.get(key) for key in ("workload", "model", "batch_per_rank")},
         "gradient_bytes": gradient_bytes, "compute_s": compute_s, "links": link_by_name,
-        "rows": rows, "validation": None,
+        "timeline": timeline_record(args, timeline), "rows": rows, "validation": None,
     }
     if args.validate is not None:
         other = load_results(args.validate)
@@ -437,9 +758,46 @@ def build_report(args: argparse.Namespace) -> dict:
     return report
 
 
+def write_matrix(out_dir: Path, report: dict, argv: list[str]) -> None:
+    """The predicted layouts in the files and columns of a measured matrix
+    (benchmarks/scaling_tables.py), every row and file marked predicted."""
+    from benchmarks import scaling_tables
+
+    out_dir.mkdir(exist_ok=True)
+    one = report["rows"][0]["images_per_sec"] if report["rows"][0]["ranks"] == 1 else None
+    rows = []
+    for r in report["rows"]:
+        ok = r["images_per_sec"] is not None
+        rows.append({
+            "layout": r["layout"], "nodes": r["nodes"], "ranks_per_node": r["ranks_per_node"],
+            "ranks": r["ranks"], "launcher": "horovod", "status": "ok" if ok else "failed",
+            "reason": None if ok else r["note"], "repeats": 1, "repeats_ok": int(ok),
+            "oversubscribed": False, "predicted": True,
+            "images_per_sec": r["images_per_sec"],
+            "images_per_sec_per_rank": r["images_per_sec_per_rank"],
+            "step_time_s": r["step_time_s"],
+            "allreduce_time_s": r.get("exposed_comm_s", r["comm_time_s"]),
+            "speedup": r["images_per_sec"] / one if ok and one else None,
+            "efficiency": r["efficiency"]})
+    command = "benchmarks/predict_scaling.py " + " ".join(argv)
+    results = {"schema_version": SCHEMA_VERSION, "predicted": True, "command": command,
+               "prediction": report, "rows": rows, "machine": machine_record()}
+    atomic_write_json(out_dir / "results.json", results)
+    atomic_write_bytes(out_dir / "scaling.csv", scaling_tables.scaling_csv(rows).encode())
+    table = scaling_tables.markdown_table(rows, ["horovod"]).splitlines()
+    marked = table[:2] + [line[: -len("|  |")] + "| predicted |" if line.endswith("|  |")
+                          else line[:-1] + "(predicted) |" for line in table[2:]]
+    atomic_write_bytes(out_dir / "scaling.md", (
+        "PREDICTED, not measured: benchmarks/predict_scaling.py's timeline model "
+        "(allreduce wait = the allreduce left exposed)\n\n"
+        + markdown(report) + "\n" + "\n".join(marked) + f"\n\nCommand: `{command}`\n").encode())
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     report = build_report(args)
+    if args.matrix_dir is not None:
+        write_matrix(args.matrix_dir, report, argv)
     text = markdown(report)
     sys.stdout.write(text)
     if args.markdown is not None:
