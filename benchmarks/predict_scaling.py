@@ -157,8 +157,9 @@ def load_timeline(path: Path) -> dict:
             or not all(isinstance(shares.get(k), (int, float)) and shares[k] >= 0
                        for k in ("forward", "backward", "optimizer"))
             or not isinstance(gradients, list) or not gradients
-            or not all(isinstance(g, list) and len(g) == 2 and 0 <= g[0] <= 1 and g[1] > 0
-                       for g in gradients)):
+            or not all(isinstance(g, list) and len(g) == 2
+                       and all(isinstance(v, (int, float)) for v in g)
+                       and 0 <= g[0] <= 1 and g[1] > 0 for g in gradients)):
         raise UserError(f"{path}: not a timeline of benchmarks/measure_timeline.py "
                         "(shares and gradients [ready fraction, bytes])")
     total = sum(shares[k] for k in ("forward", "backward", "optimizer"))

@@ -8,7 +8,7 @@ import json
 import pytest
 from conftest import REPO
 
-from benchmarks import predict_published, predict_scaling
+from benchmarks import predict_emulated, predict_published, predict_scaling
 
 INTRA = {"bytes_per_s": 100e9, "latency_s": 5e-6}
 INTER = {"bytes_per_s": 10e9, "latency_s": 10e-6}
@@ -110,3 +110,17 @@ def test_the_committed_published_comparison_is_what_its_inputs_give():
         assert new["bound_no_overlap"] <= new["predicted_efficiency"] + 1e-9
         assert new["predicted_efficiency"] <= new["bound_full_overlap"] + 1e-9
 
+
+
+def test_a_measured_run_is_predicted_from_its_1x1_and_the_timeline_alone():
+    """ResNet-18 on 32x32, one rank on each emulated host over 1 Gbit/s
+    (Gloo): the 2x1 layout predicted from the run's own 1x1, the committed
+    timeline and the allreduce measured between the hosts, within 10%."""
+    run = predict_emulated.predict_run(
+        RESULTS / "cpu-2core-horovod-vs-ddp" / "resnet18-4mb-fusion")
+    (two_hosts,) = [r for r in run["layouts"] if r["layout"] == "2x1"]
+    assert two_hosts["controller"] == "gloo"
+    assert two_hosts["measured_images_per_sec"] == pytest.approx(134.2, abs=0.1)
+    assert 0.9 <= two_hosts["predicted_over_measured"] <= 1.1
+    # Most of the 47 MB allreduce is exposed: 1 Gbit/s is slower than the step.
+    assert two_hosts["exposed_ms"] > 200
