@@ -23,6 +23,9 @@ COMMANDS = {
     "mnist": ("horovod_train.mnist", "download, subset or check MNIST in a data directory"),
     "launch": ("horovod_train.launch.horovodrun",
                "horovodrun with the hosts checked first (scripts/launch.sh)"),
+    "preflight": ("horovod_train.launch.preflight",
+                  "check the job's hosts and every pair of them first "
+                  "(scripts/preflight.sh)"),
     "launch-cluster": ("horovod_train.launch.containers",
                        "the image on real hosts, horovodrun from the first "
                        "(scripts/launch_cluster.sh)"),

@@ -125,7 +125,8 @@ def names_on(networks: list[ipaddress.IPv4Network], interfaces: list[Interface])
 # connects to every other node's address on each candidate network, reads
 # the name of the node that answers, and reports what failed; the job may
 # then ask one node to time a few MB to another on each network that
-# passed; the job closes stdin and the tasks end.
+# passed (the preflight: every pair of nodes, both ways, and a node's
+# clock); the job closes stdin and the tasks end.
 
 MEASURE_BYTES = 8 << 20  # a few MB: enough to tell 1 Gbit/s from 10, short on a slow one
 MEASURE_MAX_S = 1.0  # what a slow network may take: its rate shows by then
@@ -163,10 +164,11 @@ def reach(node: str, address: str, port: int, timeout_s: float) -> str | None:
     return None
 
 
-def measure(address: str, port: int, timeout_s: float) -> float | str:
-    """MB/s sent to address:port (up to MEASURE_BYTES, for at most about
-    MEASURE_MAX_S), counted when the peer says what it received; or what
-    went wrong."""
+def measure(address: str, port: int, timeout_s: float, limit: int = MEASURE_BYTES,
+            max_s: float = MEASURE_MAX_S) -> float | str:
+    """MB/s sent to address:port (up to `limit` bytes, for at most about
+    `max_s`), counted when the peer says what it received; or what went
+    wrong."""
     block = b"\0" * CHUNK
     try:
         with socket.create_connection((address, port), timeout=timeout_s) as conn:
@@ -174,7 +176,7 @@ def measure(address: str, port: int, timeout_s: float) -> float | str:
             reader.readline()  # the peer's name
             started = time.monotonic()
             sent = 0
-            while sent < MEASURE_BYTES and time.monotonic() - started < MEASURE_MAX_S:
+            while sent < limit and time.monotonic() - started < max_s:
                 conn.sendall(block)
                 sent += len(block)
             conn.shutdown(socket.SHUT_WR)
@@ -183,6 +185,65 @@ def measure(address: str, port: int, timeout_s: float) -> float | str:
     except (OSError, ValueError) as err:
         return f"measuring {address}: {err}"
     return received / elapsed / 1e6 if received else f"measuring {address}: nothing arrived"
+
+
+# The preflight's pair checks (launch/preflight.py): each pair of hosts
+# times a transfer both ways at once, then echoes small UDP datagrams for
+# the round trip and the share lost (TCP hides a lossy link behind
+# retransmits, which show only as a slow job).
+PAIR_BYTES = 64 << 20  # enough for a fast link to leave TCP's slow start
+PAIR_MAX_S = 0.5  # per direction: a slow link shows its rate by then
+ECHO_COUNT = 100
+ECHO_GAP_S = 0.002  # paced, so that a loss is the link's, not a full socket buffer
+ECHO_WAIT_S = 0.5  # after the last datagram, for the late ones
+
+
+def echo_datagrams(sock: socket.socket) -> None:
+    while True:
+        with contextlib.suppress(OSError):
+            data, peer = sock.recvfrom(64)
+            sock.sendto(data, peer)
+
+
+def ping(address: str, port: int) -> dict:
+    """Round trips to a peer's echo socket: the median in ms and the share
+    of datagrams that never came back."""
+    sent: dict[int, float] = {}
+    times: list[float] = []
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.settimeout(ECHO_GAP_S)
+        end = None
+        for number in range(ECHO_COUNT):
+            sent[number] = time.monotonic()
+            with contextlib.suppress(OSError):
+                sock.sendto(number.to_bytes(4, "big"), (address, port))
+            end = time.monotonic() + ECHO_WAIT_S
+            times += receive_echoes(sock, sent, time.monotonic() + ECHO_GAP_S)
+        times += receive_echoes(sock, sent, end or time.monotonic(), until_all=True)
+    times.sort()
+    return {"rtt_ms": round(times[len(times) // 2] * 1000, 3) if times else None,
+            "lost": round(1 - len(times) / ECHO_COUNT, 3)}
+
+
+def receive_echoes(sock: socket.socket, sent: dict[int, float], until: float,
+                   until_all: bool = False) -> list[float]:
+    times = []
+    while time.monotonic() < until and not (until_all and not sent):
+        try:
+            data = sock.recv(64)
+        except (TimeoutError, OSError):
+            continue
+        started = sent.pop(int.from_bytes(data[:4], "big"), None)
+        if started is not None:
+            times.append(time.monotonic() - started)
+    return times
+
+
+def pair_check(address: str, port: int, echo_port: int, timeout_s: float) -> dict:
+    """MB/s sent to a peer (up to PAIR_BYTES or PAIR_MAX_S), then the echoes."""
+    rate = measure(address, port, timeout_s, PAIR_BYTES, PAIR_MAX_S)
+    return {"mb_per_s": rate if isinstance(rate, float) else None,
+            "error": None if isinstance(rate, float) else rate, **ping(address, echo_port)}
 
 
 def emit(message: dict) -> None:
@@ -196,7 +257,10 @@ def probe_task(node: str | None = None) -> int:
     node = node or os.environ.get("SLURMD_NODENAME") or socket.gethostname()
     listener = socket.create_server(("0.0.0.0", 0), backlog=1024)
     threading.Thread(target=answer_connections, args=(listener, node), daemon=True).start()
-    emit({"node": node, "port": listener.getsockname()[1],
+    echo = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    echo.bind(("0.0.0.0", 0))
+    threading.Thread(target=echo_datagrams, args=(echo,), daemon=True).start()
+    emit({"node": node, "port": listener.getsockname()[1], "echo_port": echo.getsockname()[1],
           "interfaces": [dataclasses.asdict(iface) for iface in local_interfaces()]})
     for line in sys.stdin:  # until the job closes stdin: others may still connect here
         plan = json.loads(line)
@@ -213,6 +277,14 @@ def probe_task(node: str | None = None) -> int:
             emit({"node": node, "failures": [
                 [label, peer, why] for (label, peer, _), why
                 in zip(targets, verdicts, strict=True) if why]})
+        elif "pairs" in plan:
+            # This node's peer in this round: both send at once, as a
+            # ring's neighbours do.
+            emit({"node": node, "pairs": {
+                peer: pair_check(address, port, echo_port, timeout_s)
+                for source, peer, address, port, echo_port in plan["pairs"] if source == node}})
+        elif "clock" in plan:
+            emit({"node": node, "clock": time.time()})
         elif "measure" in plan:
             # One network after another: each gets the link to itself.
             emit({"node": node, "speeds": {

@@ -290,7 +290,7 @@ class ProbeStep:
             with contextlib.suppress(ValueError):
                 message = json.loads(line)
                 if message.get("node") in self.nodes:
-                    heard[message["node"]] = message
+                    heard[message["node"]] = {**message, "received": time.time()}
         return heard
 
     def send(self, message: dict) -> None:
@@ -385,11 +385,12 @@ def check_layer(variable: str, value: str, names: list[str], every: bool,
 
 def choose(commands: list[list[str]], nodes: list[str], named: list[str] | None = None,
            layers: dict[str, str] | None = None,
-           timeouts: ProbeTimeouts = ProbeTimeouts()) -> Choice:
+           timeouts: ProbeTimeouts = ProbeTimeouts(), then=None) -> Choice:
     """Run the probe's processes `commands` (one node's part of the probe
     each, or one srun step with a task per node of `nodes`), then decide
     from what they found (decide: the same arguments, and the same errors);
-    a RuntimeError for a probe that failed."""
+    a RuntimeError for a probe that failed. `then(step, hello, choice)`,
+    where given, goes on with the same processes (the preflight's checks)."""
     step = ProbeStep(commands, nodes, timeouts.whole_s)
     try:
         hello = step.from_each_node("interfaces")
@@ -410,9 +411,55 @@ def choose(commands: list[list[str]], nodes: list[str], named: list[str] | None 
             return {label: rate for node in nodes
                     for label, rate in reports[node]["speeds"].items()}
 
-        return decide(tables, connect, named, layers, measure)
+        choice = decide(tables, connect, named, layers, measure)
+        if then:
+            then(step, hello, choice)
+        return choice
     finally:
         step.close()
+
+
+# --- the preflight's checks, on the chosen network -----------------------------
+
+def pair_rounds(nodes: list[str]) -> list[list[tuple[str, str]]]:
+    """Every pair of nodes once, in rounds where each node is in one pair at
+    most (the circle method): a round's pairs run at once, N-1 rounds."""
+    ring = list(nodes) + ([None] if len(nodes) % 2 else [])
+    rounds = []
+    for _ in range(len(ring) - 1):
+        half = len(ring) // 2
+        rounds.append([(x, y) for x, y in zip(ring[:half], reversed(ring[half:]), strict=True)
+                       if x is not None and y is not None])
+        ring = [ring[0], ring[-1], *ring[1:-1]]
+    return rounds
+
+
+def check_pairs(step: ProbeStep, hello: dict[str, dict], choice: Choice,
+                connect_s: float) -> dict[tuple[str, str], dict]:
+    """For each ordered pair (x, y): x's rate to y on the chosen network,
+    the round trip and the share of datagrams lost, each pair of a round
+    both ways at once."""
+    net = choice.networks[0]
+    found: dict[tuple[str, str], dict] = {}
+    for pairs in pair_rounds(step.nodes):
+        plan = [[x, y, net.members[y].ip, hello[y]["port"], hello[y]["echo_port"]]
+                for a, b in pairs for x, y in ((a, b), (b, a))]
+        step.send({"pairs": plan, "connect_timeout_s": connect_s})
+        reports = step.from_each_node("pair report")
+        for node, report in reports.items():
+            for peer, result in report["pairs"].items():
+                found[(node, peer)] = result
+    return found
+
+
+def clock_offsets(step: ProbeStep, connect_s: float) -> dict[str, tuple[float, float]]:
+    """Each node's clock against this one's: (offset, uncertainty) in
+    seconds, the uncertainty being half the round trip of the question."""
+    asked = time.time()
+    step.send({"clock": True, "connect_timeout_s": connect_s})
+    reports = step.from_each_node("clock")
+    return {node: (report["clock"] - (asked + report["received"]) / 2,
+                   (report["received"] - asked) / 2) for node, report in reports.items()}
 
 
 def fastest(passed: list[Network], measure) -> tuple[Network, dict[str, str]]:

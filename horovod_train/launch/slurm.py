@@ -188,6 +188,7 @@ class Settings:
     checkout: Path
     interfaces: tuple[str, ...] = ()  # HVT_NETWORK_INTERFACE's items, checked; none: chosen
     num_proc: int | None = None  # None: every task of the job
+    preflight: bool = False  # HVT_PREFLIGHT: the nodes checked before the ranks start
 
 
 def parse_flag(name: str, text: str | None) -> bool:
@@ -203,7 +204,8 @@ def make_settings(launcher: str = "srun", runtime: str = "venv", image: str | No
                   keys: str | None = None, mounts: str | None = None,
                   ssh_port: str | int | None = None, trainer: str | None = None,
                   resume: bool = False, checkout: str | Path | None = None,
-                  interfaces: str | None = None, num_proc: str | int | None = None) -> Settings:
+                  interfaces: str | None = None, num_proc: str | int | None = None,
+                  preflight: bool = False) -> Settings:
     """Checked settings; every problem is one UserError naming the variable."""
     if launcher not in LAUNCHERS:
         raise UserError(f"HVT_LAUNCHER={launcher}: unknown launcher; use one of "
@@ -255,9 +257,12 @@ def make_settings(launcher: str = "srun", runtime: str = "venv", image: str | No
     if not container and not horovodrun.exists():
         raise UserError(f"no {horovodrun}: run scripts/setup.sh in the checkout, and submit "
                         "from it (or set HVT_TRAIN_DIR)")
+    if preflight and container:
+        raise UserError(f"HVT_PREFLIGHT=1 checks nodes that run the checkout's .venv; with "
+                        f"HVT_RUNTIME={runtime}, run scripts/preflight.sh in the image instead")
     return Settings(launcher, runtime, image or None,
                     str(Path(keys).resolve()) if keys else None, mount_list, port,
-                    trainer or DEFAULT_TRAINER, resume, checkout, names, ranks)
+                    trainer or DEFAULT_TRAINER, resume, checkout, names, ranks, preflight)
 
 
 def settings_from_env(env: dict) -> Settings:
@@ -269,7 +274,8 @@ def settings_from_env(env: dict) -> Settings:
                          resume=parse_flag("HVT_RESUME", env.get("HVT_RESUME")),
                          checkout=env.get("HVT_TRAIN_DIR"),
                          interfaces=env.get("HVT_NETWORK_INTERFACE"),
-                         num_proc=env.get("HVT_NUM_PROC"))
+                         num_proc=env.get("HVT_NUM_PROC"),
+                         preflight=parse_flag("HVT_PREFLIGHT", env.get("HVT_PREFLIGHT")))
 
 
 # --- the commands ---------------------------------------------------------------
@@ -351,6 +357,15 @@ def srun_in_runtime(settings: Settings, srun_options: list[str], argv: list[str]
     return ["srun", *srun_options, *argv]
 
 
+def probe_step(nodes: list[str], checkout: Path) -> list[str]:
+    """The network probe, a task on each node. Outside any container: the
+    batch step's Python (the venv's, at the same path on every node, or
+    python3), the checkout's module."""
+    return ["srun", f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}", "--ntasks-per-node=1",
+            "--mpi=none", "--input=all", f"--chdir={checkout}", sys.executable, "-m",
+            "horovod_train.core.interfaces", "probe"]
+
+
 def make_plan(allocation: Allocation, settings: Settings, trainer_args: list[str]) -> Plan:
     args = trainer_arguments(trainer_args, settings, allocation)
     container = settings.runtime != "venv"
@@ -358,12 +373,7 @@ def make_plan(allocation: Allocation, settings: Settings, trainer_args: list[str
     cwd = None if container else str(settings.checkout)
     check = srun_in_runtime(settings, ["--nodes=1", "--ntasks=1", "--mpi=none"],
                             [python, settings.trainer, *args, "--check-options"])
-    # Outside any container: the batch step's Python (the venv's, at the
-    # same path on every node, or python3), the checkout's module.
-    probe = ["srun", f"--nodes={len(allocation.nodes)}", f"--ntasks={len(allocation.nodes)}",
-             "--ntasks-per-node=1", "--mpi=none", "--input=all",
-             f"--chdir={settings.checkout}", sys.executable, "-m",
-             "horovod_train.core.interfaces", "probe"]
+    probe = probe_step(allocation.nodes, settings.checkout)
     if settings.launcher == "srun":
         ranks = ["--mpi=pmix", "--kill-on-bad-exit=1",
                  f"--ntasks={rank_count(allocation, settings)}",
@@ -572,6 +582,21 @@ def describe(allocation: Allocation, settings: Settings, plan: Plan,
     return "\n".join(lines)
 
 
+def preflight(allocation: Allocation, settings: Settings) -> None:
+    """HVT_PREFLIGHT=1: the nodes, every pair and an allreduce over the
+    ranks, as the job will start them (srun's tasks, or horovodrun's ssh);
+    a problem ends the job (exit 1) before any rank starts."""
+    from horovod_train.launch import preflight as checks
+
+    request = checks.Request(list(allocation.hosts), rank_count(allocation, settings),
+                             settings.ssh_port, None, list(settings.interfaces) or None,
+                             None if settings.launcher == "srun" else "gloo",
+                             settings.checkout, allreduce=True,
+                             slurm=settings.launcher == "srun", checkout=settings.checkout)
+    if checks.run(request) != 0:
+        raise SystemExit(1)
+
+
 def run_job(trainer_args: list[str], env: dict | None = None, settings: Settings | None = None,
             dry_run: bool = False) -> int:
     """The whole job from inside the allocation: read it, plan, check, choose
@@ -586,6 +611,8 @@ def run_job(trainer_args: list[str], env: dict | None = None, settings: Settings
     if settings.launcher == "srun":
         check_pmix()
     check_trainer_options(plan, settings)
+    if settings.preflight:
+        preflight(allocation, settings)
     # horovodrun hands its own choice to every layer; srun's ranks keep the user's.
     kept = layers_set(env) if settings.launcher == "srun" else {}
     choice = choose_network(plan, allocation, settings, kept, env)
