@@ -53,7 +53,7 @@ def pytest_collection_modifyitems(items):
 
 def hosts_needed(item) -> int:
     """0: plain hosts or none, 1: plain hosts with decoys, 2: an image's,
-    3: routed hosts, 4: hosts with a second network."""
+    3: routed hosts, 4: hosts with a second network, 5: four plain hosts."""
     names = set(item.fixturenames)
     params = getattr(item, "callspec", None)
     # A test may name its hosts' fixture as a parameter (request.getfixturevalue).
@@ -63,6 +63,8 @@ def hosts_needed(item) -> int:
         return 3
     if "two_network_cluster" in names:
         return 4
+    if "four_host_cluster" in names:
+        return 5
     if names & {"decoy_cluster", "local_slurm"}:
         return 1
     if (names & {"image_cluster", "app_image", "variant"}
@@ -224,6 +226,12 @@ def two_network_cluster(emulated) -> dict:
     """Plain hosts a and b on eth0 and on eth2, a second network limited to
     20 Mbit/s each way (emulate_cluster.sh up --second-network 20mbit)."""
     return emulated.ensure("--second-network", "20mbit")
+
+
+@pytest.fixture
+def four_host_cluster(emulated) -> dict:
+    """Plain hosts a, b, c and d (emulate_cluster.sh up --hosts a,b,c,d)."""
+    return emulated.ensure("--hosts", "a,b,c,d")
 
 
 @pytest.fixture
