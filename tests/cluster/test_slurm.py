@@ -571,11 +571,16 @@ def run_until_cancelled(local_slurm: LocalSlurm, log_dir: Path, run: Path, mnist
 
 def resume_to_the_end(local_slurm: LocalSlurm, log_dir: Path, run: Path, mnist_dir: Path,
                       epochs_done: int, **variables: str) -> tuple[str, str, dict]:
-    """The same job resubmitted with HVT_RESUME=1: it goes on after the epochs
-    kept, logs every epoch once and ends COMPLETED."""
-    job_id = local_slurm.sbatch(log_dir, trainer(mnist_dir, run, 3), HVT_RESUME="1", **variables)
+    """The same job resubmitted with HVT_RESUME=1, and HVT_PREFLIGHT=1: its
+    nodes pass the preflight, it goes on after the epochs kept, logs every
+    epoch once and ends COMPLETED."""
+    job_id = local_slurm.sbatch(log_dir, trainer(mnist_dir, run, 3), HVT_RESUME="1",
+                                HVT_PREFLIGHT="1", **variables)
     final = local_slurm.wait(job_id, ENDED)
     log = (log_dir / f"horovod-{job_id}.out").read_text()
+    # The nodes checked first (HVT_PREFLIGHT=1), then the job's own lines.
+    assert "preflight: all well, 2 hosts checked in " in log, log[-3000:]
+    log = log[log.index(f"slurm: job {job_id}: "):]
     assert final["JobState"] == "COMPLETED" and final["ExitCode"] == "0:0", log[-3000:]
     assert f"resuming after epoch {epochs_done}" in log, log[-3000:]
     summary = json.loads((run / "summary.json").read_text())
