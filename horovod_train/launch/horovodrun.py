@@ -31,7 +31,8 @@ horovodrun's own hostfile reader fails on comments, blank lines and a host
 without slots=. The project's Open MPI settings (docker/openmpi-mca-params.conf:
 mpirun notices a host that stopped answering) come with it as OMPI_MCA_*
 variables. Elastic runs (--host-discovery-script) are passed on
-unchecked.
+unchecked, with the project's --blacklist-cooldown-range 5 120 and
+--elastic-timeout 300 where you give neither (docs/elastic-and-failures.md).
 """
 
 import argparse
@@ -245,6 +246,33 @@ def horovodrun_path() -> str:
     return found
 
 
+# The project's settings for elastic runs (docs/elastic-and-failures.md),
+# where the user gives none. Horovod's own defaults leave a user with
+# nothing: a host that failed once is held out for good (no cooldown), so a
+# job below --min-np can never grow back, and waits 600 s for it. A cooldown
+# of 5 s doubling per failure (first 10-15 s, at most 120 s) takes a
+# repaired host back soon and keeps a flapping one out longer; the timeout
+# outlasts the longest cooldown, so a host listed again always gets its chance.
+ELASTIC_COOLDOWN_RANGE_S = (5, 120)
+ELASTIC_TIMEOUT_S = 300
+
+
+def with_elastic_defaults(args: argparse.Namespace, argv: list[str],
+                          env: dict) -> list[str]:
+    """argv with the project's --blacklist-cooldown-range and --elastic-timeout
+    for an elastic run (horovodrun's rule: --host-discovery-script or
+    --min-np), each where the user sets none (its options or, for the
+    timeout, HOROVOD_ELASTIC_TIMEOUT); others' argv as it is."""
+    if args.host_discovery_script is None and args.min_num_proc is None:
+        return argv
+    added = []
+    if args.cooldown_range is None:
+        added += ["--blacklist-cooldown-range", *map(str, ELASTIC_COOLDOWN_RANGE_S)]
+    if args.elastic_timeout is None and not env.get("HOROVOD_ELASTIC_TIMEOUT"):
+        added += ["--elastic-timeout", str(ELASTIC_TIMEOUT_S)]
+    return added + argv
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] in (["-h"], ["--help"]):
         print(__doc__.strip())
@@ -255,6 +283,7 @@ def main(argv: list[str]) -> int:
         argv = choose_network(args, argv, listed, dict(os.environ))
     if args.hostfile:
         argv = with_host_list(argv, args.command, listed)
+    argv = with_elastic_defaults(args, argv, dict(os.environ))
     horovodrun = horovodrun_path()
     for name, value in mpi_settings_environment().items():
         os.environ.setdefault(name, value)
