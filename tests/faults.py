@@ -4,6 +4,7 @@ moment, test_soak.py at random moments; both through these functions.
 
 Each case returns a line for the test's output: what happened, how fast."""
 
+import contextlib
 import json
 import os
 import shutil
@@ -168,24 +169,35 @@ def cut_off_b(controller: str, data_dir: Path, log_dir: Path, after_s: float = 0
     return f"b cut off ({controller}): ended {ended_s:.1f} s after its link went down: {line}"
 
 
-def slow_link(controller: str, data_dir: Path, log_dir: Path, after_s: float = 0.0) -> str:
-    """Every link at 10 Mbit/s mid-run, at the default limits (Gloo's 30 s
-    timeout, the trainer's 60 s): the run finishes, every rank with the
-    same weights. Two epochs: still training `after_s` (up to 2 s) in with
-    the 8,000 digits, and about a second a step once slowed."""
+def slow_link(controller: str, data_dir: Path, log_dir: Path, after_s: float = 0.0,
+              slow_for_s: float | None = None) -> str:
+    """Every link at 10 Mbit/s mid-run, to the end or for `slow_for_s`
+    seconds, at the default limits (Gloo's 30 s timeout, the trainer's
+    60 s): the run finishes, every rank with the same weights. Two epochs:
+    still training `after_s` (up to 2 s) in with the 8,000 digits, and about
+    a second a step once slowed."""
     job = Job(controller, ["--data-dir", str(data_dir), "--no-download", "--epochs", "2"],
               log_dir)
     job.wait_for_training(after_s)
     shape = [str(EMULATE), "shape"]
     subprocess.run([*shape, "--rate", "10mbit"], check=True, capture_output=True, timeout=60)
+    slowed = time.monotonic()
     try:
-        ended_s = job.wait(600)
+        if slow_for_s is None:
+            job.wait(600)
+        else:
+            # Still training after slow_for_s: the link comes back for the rest.
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                job.process.wait(timeout=slow_for_s)
     finally:
         subprocess.run([*shape, "--off"], check=True, capture_output=True, timeout=60)
+    job.wait(600)
+    ended_s = time.monotonic() - slowed
     assert job.process.returncode == 0, job.output[-3000:]
     summary = json.loads((log_dir / "summary.json").read_text())
     assert summary["weights_identical"], summary["rank_digests"]
-    return (f"slow link ({controller}): finished {ended_s:.1f} s after the link slowed, "
+    back = "" if slow_for_s is None else f" (for {slow_for_s:g} s)"
+    return (f"slow link ({controller}): finished {ended_s:.1f} s after the link slowed{back}, "
             f"{summary['train_time_s']:.1f} s of training, weights identical")
 
 
