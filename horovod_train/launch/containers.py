@@ -71,6 +71,13 @@ def train_command(args, hosts: list[Host]) -> list[str]:
             "-H", host_list(hosts), "-p", str(args.port), *args.command]
 
 
+def preflight_command(args, hosts: list[Host]) -> list[str]:
+    """scripts/preflight.sh inside the first host's container, over the
+    containers' sshd: the hosts as the ranks will see them."""
+    return [args.engine, "exec", CONTAINER, "python", "-m", "horovod_train", "preflight",
+            "-H", host_list(hosts), "-p", str(args.port)]
+
+
 def on(host: str, command: list[str]) -> list[str]:
     return ["ssh", "-o", "BatchMode=yes", host, shlex.join(command)]
 
@@ -127,6 +134,10 @@ def main(argv: list[str]) -> int:
                         help="the containers' sshd port (default: the image's, %(default)s)")
     parser.add_argument("--engine", default="docker", help="docker or podman on the hosts")
     parser.add_argument("--keep", action="store_true", help="leave the containers running")
+    parser.add_argument("--preflight", action="store_true",
+                        help="check the containers, every pair of hosts and an allreduce "
+                             "over the ranks before training (scripts/preflight.sh); a "
+                             "problem ends the run, exit 1")
     parser.add_argument("--dry-run", action="store_true", help="print the commands only")
     parser.add_argument("command", nargs=argparse.REMAINDER,
                         help="-- the trainer command, e.g. python horovod_train/pytorch_mnist.py")
@@ -137,6 +148,8 @@ def main(argv: list[str]) -> int:
     hosts = parse_host_list(args.hosts, option="--hosts")
 
     steps = [on(host.name, start_command(args, hosts)) for host in hosts]
+    if args.preflight:
+        steps.append(on(hosts[0].name, preflight_command(args, hosts)))
     steps.append(on(hosts[0].name, train_command(args, hosts)))
     stops = [] if args.keep else [on(host.name, [args.engine, "stop", CONTAINER])
                                   for host in hosts]
@@ -148,9 +161,14 @@ def main(argv: list[str]) -> int:
     check_reachable([host.name for host in hosts], port=None, identity=None)
     if args.rdma:
         check_rdma([host.name for host in hosts])
+    starts = len(hosts)
     try:
-        for step in steps[:-1]:
+        for step in steps[:starts]:
             subprocess.run(step, check=True, stdout=subprocess.DEVNULL)
+        for step in steps[starts:-1]:  # the preflight: its table and lines are for the user
+            code = subprocess.run(step).returncode
+            if code != 0:
+                return code
         return subprocess.run(steps[-1]).returncode
     except subprocess.CalledProcessError as err:
         raise RunFailed(f"{shlex.join(err.cmd)} exited {err.returncode}") from None

@@ -101,14 +101,14 @@ def ssh_culprit(host: str, problem: str, port: int | None) -> Culprit:
 
 
 def host_culprits(host: hosts.Host, found: dict, here: dict, min_shm: float,
-                  min_free: float) -> list[Culprit]:
+                  min_free: float, cpu_only: bool = False) -> list[Culprit]:
     """What keeps `host` from running its ranks, against this host's facts."""
     where = f"host {host.name}"
     if "error" in found:
         return [Culprit(where, found["error"])]
     named = []
     mine, theirs = here["checkout"], found["checkout"]
-    if "error" in theirs:
+    if "error" in theirs and "commit" in mine:  # no checkout anywhere: an image's code
         named.append(Culprit(where, f"{theirs['error']} (the job runs in {found['cwd']} "
                                     "there): check out the project there"))
     elif "commit" in mine and theirs["commit"] != mine["commit"]:
@@ -127,7 +127,7 @@ def host_culprits(host: hosts.Host, found: dict, here: dict, min_shm: float,
         named.append(Culprit(where, f"another Horovod build ({describe_build(theirs)}; this "
                                     f"host: {describe_build(mine)}): install the same build on "
                                     "every host (one scripts/setup.sh wheel cache, or the image)"))
-    else:
+    elif not cpu_only:
         named += gpu_culprits(host, found)
     shm = found.get("shm_bytes")
     if shm is not None and shm < min_shm * GIB:
@@ -223,11 +223,14 @@ def clock_culprits(clocks: dict[str, tuple[float, float]]) -> list[Culprit]:
     return named
 
 
-def verdicts(found: Findings, port: int | None, min_shm: float, min_free: float) -> list[Culprit]:
-    named = [ssh_culprit(host, problem, port) for host, problem in found.reach.items() if problem]
+def verdicts(found: Findings, request: "Request", min_shm: float,
+             min_free: float) -> list[Culprit]:
+    named = [ssh_culprit(host, problem, request.ssh_port)
+             for host, problem in found.reach.items() if problem]
     for host in found.hosts:
         if host.name in found.facts:
-            named += host_culprits(host, found.facts[host.name], found.here, min_shm, min_free)
+            named += host_culprits(host, found.facts[host.name], found.here, min_shm, min_free,
+                                   request.cpu_only)
     if found.network_error:
         named.append(Culprit("network", found.network_error))
     named += pair_culprits(found.pairs) + clock_culprits(found.clocks)
@@ -248,6 +251,7 @@ class Request:
     controller: str | None  # --gloo, --mpi, else horovodrun's default
     workdir: Path
     allreduce: bool
+    cpu_only: bool = False  # the job trains on the CPU (the trainer's --no-cuda): no GPU checks
     slurm: bool = False  # node commands by srun (no ssh), the ranks Slurm tasks
     # The job's working directory, at the same path on every host.
     checkout: Path = field(default_factory=Path.cwd)
@@ -365,13 +369,14 @@ def allreduce_command(request: Request, choice: network.Choice | None) -> list[s
     if request.slurm:
         return ["srun", "--mpi=pmix", "--kill-on-bad-exit=1", f"--ntasks={request.num_proc}",
                 f"--chdir={request.checkout}", sys.executable, "-m",
-                "horovod_train.torch.allreduce_check"]
+                "horovod_train.torch.allreduce_check", *(["--no-cuda"] if request.cpu_only else [])]
     return [horovodrun_path(), "-np", str(request.num_proc), "-H", hosts.host_list(request.hosts),
             *(["-p", str(request.ssh_port)] if request.ssh_port else []),
             *(["--ssh-identity-file", request.identity] if request.identity else []),
             *(["--network-interfaces", choice.horovodrun_nics] if choice else []),
             *([f"--{request.controller}"] if request.controller else []),
-            sys.executable, "-m", "horovod_train.torch.allreduce_check"]
+            sys.executable, "-m", "horovod_train.torch.allreduce_check",
+            *(["--no-cuda"] if request.cpu_only else [])]
 
 
 def allreduce_environment(choice: network.Choice | None, slurm: bool) -> dict:
@@ -430,7 +435,7 @@ def run_checks(request: Request) -> Findings:
         choice = timed("network", check_network, request, found)
     # The allreduce only where the rest passed: on a host with another
     # build or checkout it would fail in ways the lines above already name.
-    if request.allreduce and not verdicts(found, request.ssh_port, 0, 0):
+    if request.allreduce and not verdicts(found, request, 0, 0):
         timed("allreduce", check_allreduce, request, choice, found)
     found.seconds = time.monotonic() - started
     return found
@@ -533,6 +538,9 @@ def parse_args(argv: list[str]):
                         help="the least /dev/shm a host may have (GiB; default 1)")
     parser.add_argument("--min-free-gb", type=positive_float, default=1.0,
                         help="the least free disk in --workdir (GiB; default 1)")
+    parser.add_argument("--no-cuda", dest="cpu_only", action="store_true",
+                        help="the job trains on the CPU (the trainer's --no-cuda): the GPUs "
+                             "are not checked, the allreduce sums CPU tensors")
     parser.add_argument("--no-allreduce", dest="allreduce", action="store_false",
                         help="skip the allreduce over the job's ranks")
     parser.add_argument("--json", action="store_true",
@@ -558,7 +566,7 @@ def request_from_args(args) -> Request:
         raise UserError(str(err)) from None
     return Request(listed, num_proc, args.ssh_port, args.ssh_identity_file, named,
                    args.controller, (args.workdir or Path.cwd()).absolute(), args.allreduce,
-                   args.slurm)
+                   args.cpu_only, args.slurm)
 
 
 def report(found: Findings, named: list[Culprit], json_out: bool) -> int:
@@ -579,7 +587,7 @@ def report(found: Findings, named: list[Culprit], json_out: bool) -> int:
 def run(request: Request, json_out: bool = False, min_shm: float = 1.0,
         min_free: float = 1.0) -> int:
     found = run_checks(request)
-    return report(found, verdicts(found, request.ssh_port, min_shm, min_free), json_out)
+    return report(found, verdicts(found, request, min_shm, min_free), json_out)
 
 
 def main(argv: list[str]) -> int:

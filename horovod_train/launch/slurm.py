@@ -582,7 +582,7 @@ def describe(allocation: Allocation, settings: Settings, plan: Plan,
     return "\n".join(lines)
 
 
-def preflight(allocation: Allocation, settings: Settings) -> None:
+def preflight(allocation: Allocation, settings: Settings, cpu_only: bool) -> None:
     """HVT_PREFLIGHT=1: the nodes, every pair and an allreduce over the
     ranks, as the job will start them (srun's tasks, or horovodrun's ssh);
     a problem ends the job (exit 1) before any rank starts."""
@@ -591,7 +591,7 @@ def preflight(allocation: Allocation, settings: Settings) -> None:
     request = checks.Request(list(allocation.hosts), rank_count(allocation, settings),
                              settings.ssh_port, None, list(settings.interfaces) or None,
                              None if settings.launcher == "srun" else "gloo",
-                             settings.checkout, allreduce=True,
+                             settings.checkout, allreduce=True, cpu_only=cpu_only,
                              slurm=settings.launcher == "srun", checkout=settings.checkout)
     if checks.run(request) != 0:
         raise SystemExit(1)
@@ -612,7 +612,7 @@ def run_job(trainer_args: list[str], env: dict | None = None, settings: Settings
         check_pmix()
     check_trainer_options(plan, settings)
     if settings.preflight:
-        preflight(allocation, settings)
+        preflight(allocation, settings, "--no-cuda" in trainer_args)
     # horovodrun hands its own choice to every layer; srun's ranks keep the user's.
     kept = layers_set(env) if settings.launcher == "srun" else {}
     choice = choose_network(plan, allocation, settings, kept, env)

@@ -28,12 +28,13 @@ def bus_factor(ranks: int) -> float:
 def main() -> int:
     parser = ArgumentParser(prog="allreduce_check", description=__doc__.split("\n\n")[0])
     parser.add_argument("--iterations", type=int, default=ITERATIONS)
+    parser.add_argument("--no-cuda", action="store_true", help="CPU tensors, whatever the build")
     args = parser.parse_args()
     import horovod.torch as hvd
     import torch
 
     hvd.init()
-    cuda = hvd.nccl_built() and torch.cuda.is_available()
+    cuda = not args.no_cuda and hvd.nccl_built() and torch.cuda.is_available()
     device = torch.device("cuda", hvd.local_rank()) if cuda else torch.device("cpu")
     ranks, expected = hvd.size(), hvd.size() * (hvd.size() + 1) / 2
     rows = []

@@ -292,6 +292,13 @@ def test_the_image_with_the_code_runs_the_two_host_command_with_nothing_mounted(
                       "print(horovodrun.mpi_settings_environment())'")
     assert "OMPI_MCA_oob_tcp_keepalive_time" in settings.stdout, settings.stderr
     with interface_renamed("b", "eth0", "ens5"):
+        # The preflight in the image, over the containers' sshd: the same
+        # build on both, the network by its subnet, no checkout (the code is
+        # the image's); --no-cuda as the trainer's (no GPUs here).
+        checked = run_on("a", "python", "-m", "horovod_train", "preflight", "-H", "a:2,b:2",
+                         "-p", "12345", "--no-cuda", timeout=300)
+        assert checked.returncode == 0, checked.stdout[-3000:] + checked.stderr[-3000:]
+        assert "preflight: all well, 2 hosts checked in " in checked.stdout
         result = run_on("a", "horovodrun", "-np", "4", "-H", "a:2,b:2", "-p", "12345", "python",
                         "horovod_train/pytorch_mnist.py", "--data-dir", "/data", "--no-download",
                         "--epochs", "1", "--no-progress", "--log-dir", "/tmp/run", "--no-cuda",

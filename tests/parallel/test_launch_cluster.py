@@ -191,3 +191,13 @@ def test_without_rdma_no_host_is_checked_for_it(tmp_path):
     assert result.returncode == 0, result.stderr
     assert not any("test -d" in call for call in calls)
     assert "docker run" in calls[0] and "IPC_LOCK" not in calls[0]
+
+
+def test_preflight_runs_in_the_first_container_before_training():
+    result = dry_run("--hosts", "n1:4,n2:4", "--keys", "/srv/keys", "--preflight", "--dry-run",
+                     "--", "python", "horovod_train/pytorch_mnist.py")
+    assert result.returncode == 0, result.stderr
+    steps = remote_commands(result.stdout)
+    assert steps[2] == ("n1", ["docker", "exec", "horovod-train", "python", "-m", "horovod_train",
+                               "preflight", "-H", "n1:4,n2:4", "-p", "12345"])
+    assert steps[3][1][:3] == ["docker", "exec", "horovod-train"] and "horovodrun" in steps[3][1]
