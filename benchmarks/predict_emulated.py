@@ -8,9 +8,11 @@ committed timeline, nothing fitted to the runs.
 The links come from what run_matrix.sh recorded of the shaping (rate, one-way
 delay) and from the allreduce bandwidth and small-message time that
 benchmarks/allreduce_bench.py measured between the emulated hosts (files
-under benchmarks/results/cpu-2core-1gbit/allreduce/), for the controller the
-run used: the share of the shaped rate an allreduce reaches, and the cost of
-one small allreduce (negotiation, the transport's start-up, the cycle).
+under benchmarks/results/cpu-2core-1gbit/allreduce/ and
+cpu-2core-allreduce-by-rate/), for the controller the run used, at the run's
+rate where it was measured, else at 1 Gbit/s: the share of the shaped rate an
+allreduce reaches, and the cost of one small allreduce (negotiation, the
+transport's start-up, the cycle).
 """
 
 import argparse
@@ -28,29 +30,35 @@ PROG = "predict_emulated"
 HERE = Path(__file__).resolve().parent
 TIMELINES = HERE / "timelines"
 ALLREDUCE = HERE / "results" / "cpu-2core-1gbit" / "allreduce"
+BY_RATE = HERE / "results" / "cpu-2core-allreduce-by-rate"
 # Two ranks of one emulated host reach each other over loopback TCP; no
 # measurement of it here, and the ring's slowest link is the shaped one.
 LOOPBACK_GBIT = 10.0
 SMALL_BYTES = 65536
 
 
-def measured_transport(controller: str) -> dict:
-    """Median over the committed allreduce_bench runs of this controller:
-    Horovod's bus bandwidth at the largest size as a share of the link it
-    was shaped to, and its time for a 64 KiB allreduce."""
-    shares, small = [], []
-    files = sorted(ALLREDUCE.glob(f"{controller}-*.json"))
-    if not files:
+def measured_transport(controller: str, link_gbit: float) -> dict:
+    """Median over the committed allreduce_bench runs of this controller at
+    this link rate (at 1 Gbit/s where the rate has none): Horovod's bus
+    bandwidth at the largest size as a share of the link it was shaped to,
+    and its time for a 64 KiB allreduce."""
+    by_rate: dict[float, list[tuple[Path, dict]]] = {}
+    for folder in (ALLREDUCE, BY_RATE):
+        for path in sorted(folder.glob(f"{controller}-*.json")):
+            data = json.loads(path.read_text())
+            by_rate.setdefault(float(data["settings"]["link_gbit"]), []).append((path, data))
+    measured_at = link_gbit if link_gbit in by_rate else 1.0
+    if measured_at not in by_rate:
         raise UserError(f"no allreduce measurement for controller {controller} in {ALLREDUCE}")
-    for path in files:
-        data = json.loads(path.read_text())
+    shares, small = [], []
+    for _, data in by_rate[measured_at]:
         sizes = {r["bytes"]: r for r in data["results"]["horovod"]}
         largest = sizes[max(sizes)]
         shares.append(largest["busbw_gbps"] * 8 / data["settings"]["link_gbit"])
         small.append(sizes[SMALL_BYTES]["time_s"])
     return {"bandwidth_share": statistics.median(shares),
-            "small_allreduce_s": statistics.median(small),
-            "files": [str(p.relative_to(HERE.parent)) for p in files]}
+            "small_allreduce_s": statistics.median(small), "measured_at_gbit": measured_at,
+            "files": [str(p.relative_to(HERE.parent)) for p, _ in by_rate[measured_at]]}
 
 
 def rate_gbit(text: str) -> float:
@@ -92,8 +100,9 @@ def predict_run(run_dir: Path) -> dict:
     one_way_us = delay_us(network.get("delay"))
     rows, commands, transports = [], [], {}
     for controller, layouts in sorted(by_controller.items()):
-        transport = transports[controller] = measured_transport(controller)
-        gbit = rate_gbit(network["rate"]) * transport["bandwidth_share"]
+        rate = rate_gbit(network["rate"])
+        transport = transports[controller] = measured_transport(controller, rate)
+        gbit = rate * transport["bandwidth_share"]
         argv = [str(path), "--timeline", str(timeline_for(settings)),
                 "--layouts", ",".join(f"{n}x{g}" for n, g in [(1, 1), *sorted(layouts)]),
                 "--inter-gbit", f"{gbit:.4g}", "--inter-latency-us", f"{one_way_us:g}",
@@ -113,6 +122,9 @@ def predict_run(run_dir: Path) -> dict:
                          "measured_images_per_sec": measured,
                          "predicted_over_measured": (row["images_per_sec"] / measured
                                                      if measured else None),
+                         "no_overlap_images_per_sec": row["images_per_sec_no_overlap"],
+                         "no_overlap_over_measured": (row["images_per_sec_no_overlap"]
+                                                      / measured if measured else None),
                          "exposed_ms": row["exposed_comm_s"] * 1e3,
                          "oversubscribed": "oversubscribed" in row["note"]})
         commands.append("benchmarks/predict_scaling.py " + " ".join(
@@ -130,8 +142,9 @@ def predict_run(run_dir: Path) -> dict:
 
 def markdown(runs: list[dict]) -> str:
     lines = ["| model | link | controller | 1x1 images/s | layout | predicted images/s "
-             "| measured | predicted / measured | exposed allreduce ms |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| measured | predicted / measured | exposed allreduce ms "
+             "| no-overlap bound / measured |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for run in runs:
         for row in run["layouts"]:
             ratio = row["predicted_over_measured"]
@@ -141,7 +154,8 @@ def markdown(runs: list[dict]) -> str:
                 f"| {run['one_rank_images_per_sec']:.1f} | {row['layout']}{mark} "
                 f"| {row['predicted_images_per_sec']:.1f} "
                 f"| {'–' if row['measured_images_per_sec'] is None else format(row['measured_images_per_sec'], '.1f')} "  # noqa: E501
-                f"| {'–' if ratio is None else format(ratio, '.2f')} | {row['exposed_ms']:.1f} |")
+                f"| {'–' if ratio is None else format(ratio, '.2f')} | {row['exposed_ms']:.1f} "
+                f"| {'–' if ratio is None else format(row['no_overlap_over_measured'], '.2f')} |")
     return "\n".join(lines) + "\n"
 
 
