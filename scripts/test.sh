@@ -15,10 +15,11 @@ scripts/build_image.sh for the GPU and the CPU image and the image that
 carries the code (all fast when already done), ruff, then pytest with the
 given arguments (e.g. -k resume,
 -m "not cluster"). Tests on the emulated hosts and the images need root;
-elsewhere they are skipped with the reason. Two tiers run only when
-named, tens of minutes each: scripts/test.sh tests/distro (a bare Debian 13
-set up and trained on) and scripts/test.sh tests/cuda12 (the CUDA 12 image
-built and run).
+elsewhere they are skipped with the reason. Three tiers run only when
+named: scripts/test.sh tests/distro (a bare Debian 13 set up and trained
+on) and scripts/test.sh tests/cuda12 (the CUDA 12 image built and run),
+tens of minutes each, and scripts/test.sh tests/preflight (every case of
+the preflight alone, ten clean runs in a row, minutes).
 USAGE
     exit 0 ;;
 esac

@@ -74,7 +74,7 @@ def train_command(args, hosts: list[Host]) -> list[str]:
 def preflight_command(args, hosts: list[Host]) -> list[str]:
     """scripts/preflight.sh inside the first host's container, over the
     containers' sshd: the hosts as the ranks will see them."""
-    return [args.engine, "exec", CONTAINER, "python", "-m", "horovod_train", "preflight",
+    return [args.engine, "exec", CONTAINER, "python", "-m", "horovod_train.launch.preflight",
             "-H", host_list(hosts), "-p", str(args.port)]
 
 

@@ -198,6 +198,6 @@ def test_preflight_runs_in_the_first_container_before_training():
                      "--", "python", "horovod_train/pytorch_mnist.py")
     assert result.returncode == 0, result.stderr
     steps = remote_commands(result.stdout)
-    assert steps[2] == ("n1", ["docker", "exec", "horovod-train", "python", "-m", "horovod_train",
-                               "preflight", "-H", "n1:4,n2:4", "-p", "12345"])
+    assert steps[2] == ("n1", ["docker", "exec", "horovod-train", "python", "-m",
+                               "horovod_train.launch.preflight", "-H", "n1:4,n2:4", "-p", "12345"])
     assert steps[3][1][:3] == ["docker", "exec", "horovod-train"] and "horovodrun" in steps[3][1]
