@@ -11,9 +11,10 @@ Usage: HVT_ELASTIC_HOSTS_FILE=FILE scripts/discover_hosts.sh
 Prints one HOST:SLOTS line per `HOST slots=N` line of FILE (default
 hostfiles/elastic of this checkout; blank lines and # comments allowed).
 Remove a host from FILE to take it out of a running elastic job, add it back
-to bring it in:
+to bring it in (a host whose ranks failed comes back after a cooldown,
+docs/elastic-and-failures.md):
 
-  horovodrun -np 4 --min-np 2 --max-np 4 \
+  scripts/launch.sh -np 4 --min-np 2 --max-np 4 \
       --host-discovery-script scripts/discover_hosts.sh \
       python horovod_train/pytorch_mnist.py --elastic
 USAGE

@@ -1,9 +1,18 @@
-"""Elastic training across the emulated hosts: 4 ranks on a:2,b:2; host b is
-lost mid-training, twice: dropped from the hosts file and its ranks killed
-with SIGKILL, then cut off (its link down, nothing killed). Each time
-training goes on on a from the last commit and loses nothing committed, b
-comes back (listed again, its link up) and its ranks rejoin; the run ends
-above 95%."""
+"""Elastic training across the emulated hosts, launched as a user would
+(scripts/launch.sh, the project's elastic defaults): 4 ranks on a:2,b:2
+with --min-np 4; host b is drained from the hosts file and its ranks are
+killed with SIGKILL mid-epoch.
+
+- b listed again 20 s later: the job says at once that it waits for 4
+  slots (and for which hosts, b held out until when), takes b back after
+  its cooldown, goes on from the last commit, losing nothing committed,
+  and ends with identical weights above 95%.
+- b never back: the job ends with one line and exit 1 once its elastic
+  timeout (short, given on the command line) has passed.
+
+A host cut off (its link down, nothing killed) is detected when ssh gives
+up on it, 45-60 s: not in CI (too slow); docs/elastic-and-failures.md keeps
+its measurement."""
 
 import contextlib
 import json
@@ -19,12 +28,14 @@ from conftest import BIN, REPO, TRAINER, host_processes, on_host
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
-# How long the ranks on a may wait for b: Gloo's timeout for killed ranks
-# (30 s by default, shortened here as in test_stalls.py); for a host cut
-# off, the driver learns of it when ssh gives up on b (45-60 s, the hosts'
-# ServerAliveInterval), then the rest rendezvous.
+# Gloo's timeout for killed ranks (30 s by default), shortened as in
+# test_stalls.py: it bounds how soon the ranks on a notice b is gone.
 GLOO_TIMEOUT_S = 10
-DETECT_BOUND_S = {"killed": GLOO_TIMEOUT_S + 30, "cut off": 120}
+DETECT_BOUND_S = GLOO_TIMEOUT_S + 30
+BACK_AFTER_S = 20  # the issue's case: b listed again 20 s after the loss
+# b still listed where the loss is noticed before the discovery script's next run.
+WAITING = re.compile(r"^elastic: waiting for 4 slots, have 2: listed a:2(, b:2)?; "
+                     r"held out after a failure: b until \d\d:\d\d:\d\d$", re.M)
 
 
 def events(log_dir: Path) -> list[dict]:
@@ -40,13 +51,8 @@ def wait_for(predicate, what: str, job: subprocess.Popen, timeout: float) -> Non
         if predicate():
             return
         if job.poll() is not None:
-            output = job.stdout.read()
-            # What ended it (a rank's abort, say) can be far above the
-            # launcher's traceback at the end.
-            telling = [line for line in output.splitlines()
-                       if re.search(r"terminate called|what\(\)|Abort|exit with status", line)]
             pytest.fail(f"the job ended (exit {job.returncode}) before {what}:\n"
-                        + "\n".join(telling[:20]) + "\n...\n" + output[-3000:])
+                        + job.stdout.read()[-3000:])
         time.sleep(0.5)
     pytest.fail(f"no {what} within {timeout} s")
 
@@ -62,102 +68,108 @@ def kill_ranks_on(host: str) -> int:
     return killed
 
 
-def lose_b(how: str, hosts_file: Path) -> None:
-    if how == "killed":
-        hosts_file.write_text("a slots=2\n")
-        assert kill_ranks_on("b") == 2
-    else:
-        subprocess.run(["ip", "-n", "hvt-b", "link", "set", "eth0", "down"], check=True)
-
-
-def bring_b_back(how: str, hosts_file: Path) -> None:
-    if how == "killed":
-        hosts_file.write_text("a slots=2\nb slots=2\n")
-    else:
-        subprocess.run(["ip", "-n", "hvt-b", "link", "set", "eth0", "up"], check=True)
-
-
-def lose_and_regain_b(how: str, job: subprocess.Popen, log_dir: Path, hosts_file: Path) -> str:
-    """Once 4 ranks commit inside an epoch after everything so far: lose b,
-    check the reset to 2 ranks and that it went back to the last commit,
-    bring b back and wait for its ranks to rejoin."""
-    start = len(events(log_dir))
-    after_epoch = max([e["epoch"] for e in events(log_dir)], default=0)
-    wait_for(lambda: any(e["event"] == "commit" and e["epoch"] > after_epoch
-                         and e["samples_done"] and e["size"] == 4
-                         for e in events(log_dir)[start:]),
-             f"a commit in epoch {after_epoch + 2} or later", job, 300)
-    before = len(events(log_dir))
-    lost_at = time.time()
-    lose_b(how, hosts_file)
-    wait_for(lambda: any(e["event"] == "reset" and e["size"] == 2
-                         for e in events(log_dir)[before:]),
-             f"reset to 2 ranks (b {how})", job, DETECT_BOUND_S[how] + 60)
-    log = events(log_dir)
-    reset = next(e for e in log[before:] if e["event"] == "reset")
-    last_commit = [e for e in log[:log.index(reset)] if e["event"] == "commit"][-1]
-    assert reset["time"] - lost_at < DETECT_BOUND_S[how], how
-    # Back to the last commit, not earlier: nothing committed was lost.
-    assert (reset["epoch"], reset["samples_done"]) == (last_commit["epoch"],
-                                                      last_commit["samples_done"])
-
-    back_at, grown_from = time.time(), len(events(log_dir))
-    bring_b_back(how, hosts_file)
-    wait_for(lambda: any(e["size"] == 4 for e in events(log_dir)[grown_from:]),
-             f"b's ranks rejoining (b {how})", job, 180)
-    rejoined = next(e for e in events(log_dir)[grown_from:] if e["size"] == 4)
-    return (f"host b {how}: reset after {reset['time'] - lost_at:.1f} s, back at the commit of "
-            f"epoch {reset['epoch']} sample {reset['samples_done']}; b back: 4 ranks after "
-            f"{rejoined['time'] - back_at:.1f} s")
-
-
-def test_losing_host_b_keeps_training_on_a_and_b_rejoins(cluster, mnist_dir, tmp_path):
-    """b lost twice in one run: first killed, then cut off."""
-    hosts_file, log_dir = tmp_path / "hosts", tmp_path / "run"
+def start(hosts_file: Path, log_dir: Path, data_dir: Path, launch_args: list[str],
+          epochs: int) -> subprocess.Popen:
+    """scripts/launch.sh on host a: 4 ranks, --min-np 4, the hosts file's hosts."""
     hosts_file.write_text("a slots=2\nb slots=2\n")
-    command = [str(BIN / "horovodrun"), "-np", "4", "--min-np", "2", "--max-np", "4",
-               "--host-discovery-script", str(REPO / "scripts" / "discover_hosts.sh"),
-               "--blacklist-cooldown-range", "1", "3",
+    command = [str(REPO / "scripts" / "launch.sh"), "-np", "4", "--min-np", "4",
+               "--max-np", "4", "--host-discovery-script",
+               str(REPO / "scripts" / "discover_hosts.sh"), *launch_args,
                str(BIN / "python"), TRAINER, "--elastic", "--commit-every", "5",
-               "--epochs", "6", "--data-dir", str(mnist_dir), "--no-download",
+               "--epochs", str(epochs), "--data-dir", str(data_dir), "--no-download",
                "--no-progress", "--log-dir", str(log_dir)]
-    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}",
-           "HVT_ELASTIC_HOSTS_FILE": str(hosts_file), "HVT_PYTHON": str(BIN / "python")}
-    job = subprocess.Popen(on_host("a", ["env", f"HVT_ELASTIC_HOSTS_FILE={hosts_file}",
-                                         f"HOROVOD_GLOO_TIMEOUT_SECONDS={GLOO_TIMEOUT_S}",
-                                         f"HVT_PYTHON={BIN / 'python'}", *command]),
-                           cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           text=True)
-    said = []
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"}
+    return subprocess.Popen(on_host("a", ["env", f"HVT_ELASTIC_HOSTS_FILE={hosts_file}",
+                                          f"HOROVOD_GLOO_TIMEOUT_SECONDS={GLOO_TIMEOUT_S}",
+                                          f"HVT_PYTHON={BIN / 'python'}",
+                                          f"PATH={env['PATH']}", *command]),
+                            cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def lose_b_mid_epoch(job: subprocess.Popen, log_dir: Path, hosts_file: Path) -> float:
+    """Once 4 ranks commit inside the first epoch: drain b and kill its ranks."""
+    wait_for(lambda: any(e["event"] == "commit" and e["samples_done"] and e["size"] == 4
+                         for e in events(log_dir)), "a commit of 4 ranks mid-epoch", job, 120)
+    hosts_file.write_text("a slots=2\n")
+    lost_at = time.time()
+    assert kill_ranks_on("b") == 2
+    return lost_at
+
+
+@contextlib.contextmanager
+def ended(job: subprocess.Popen):
     try:
-        for how in ("killed", "cut off"):
-            said.append(lose_and_regain_b(how, job, log_dir, hosts_file))
-        output, _ = job.communicate(timeout=600)
+        yield
     finally:
-        for how in ("killed", "cut off"):
-            bring_b_back(how, hosts_file)
         if job.poll() is None:
             job.kill()
             job.communicate()
+
+
+def test_b_lost_then_listed_again_is_taken_back(cluster, mnist_dir, tmp_path):
+    hosts_file, log_dir = tmp_path / "hosts", tmp_path / "run"
+    job = start(hosts_file, log_dir, mnist_dir, [], epochs=2)
+    with ended(job):
+        lost_at = lose_b_mid_epoch(job, log_dir, hosts_file)
+        time.sleep(max(0.0, lost_at + BACK_AFTER_S - time.time()))
+        hosts_file.write_text("a slots=2\nb slots=2\n")
+        back_at = time.time()
+        output, _ = job.communicate(timeout=300)
     assert job.returncode == 0, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    # Said at once and every 30 s: waiting for 4 slots, b held out until when.
+    assert WAITING.search(output), output[-3000:]
+    assert re.search(r"^elastic: 4 slots again, going on: listed a:2, b:2$", output, re.M)
 
     log = events(log_dir)
-    # Progress never goes back beyond a commit: every position is at or after
-    # the last commit before it.
+    before = [e for e in log if e["time"] < lost_at]
+    after = [e for e in log if e["time"] >= lost_at]
+    reset = next(e for e in after if e["event"] == "reset")
+    # Back with 4 ranks, after b was listed again, at the last commit before
+    # the loss: nothing committed was lost.
+    assert reset["size"] == 4 and reset["time"] >= back_at
+    last_commit = [e for e in before if e["event"] == "commit"][-1]
+    assert (reset["epoch"], reset["samples_done"]) == (last_commit["epoch"],
+                                                      last_commit["samples_done"])
     committed = (0, 0)
     for e in log:
         position = (e["epoch"], e["samples_done"])
         assert position >= committed, e
         if e["event"] == "commit":
             committed = position
+    assert {e["size"] for e in log} == {4}
     summary = json.loads((log_dir / "summary.json").read_text())
     assert summary["size"] == 4 and summary["weights_identical"]
     assert summary["test_accuracy"] >= 0.95
-    assert {e["size"] for e in log} == {2, 4}
-    # The same outputs as any run: every epoch logged once, whatever the resets.
     epochs = [json.loads(line)["epoch"] for line in
               (log_dir / "metrics.jsonl").read_text().splitlines()]
-    assert epochs == list(range(1, 7))
-    assert summary["epochs"] == 6 and summary["options"]["elastic"] is True
-    assert 0 < summary["train_time_s"] < summary["wall_time_s"]
-    print("; ".join(said) + f"; test accuracy {summary['test_accuracy']:.4f}")
+    assert epochs == [1, 2] and summary["options"]["elastic"] is True
+    print(f"b back {reset['time'] - back_at:.1f} s after it was listed again "
+          f"({reset['time'] - lost_at:.1f} s after the loss); test accuracy "
+          f"{summary['test_accuracy']:.4f}")
+
+
+def test_b_never_back_ends_after_the_elastic_timeout(cluster, small_mnist_dir, tmp_path):
+    hosts_file, log_dir = tmp_path / "hosts", tmp_path / "run"
+    timeout_s = 15
+    job = start(hosts_file, log_dir, small_mnist_dir, ["--elastic-timeout", str(timeout_s)],
+                epochs=3)
+    with ended(job):
+        lost_at = lose_b_mid_epoch(job, log_dir, hosts_file)
+        output, _ = job.communicate(timeout=DETECT_BOUND_S + timeout_s + 60)
+    took = time.time() - lost_at
+    assert job.returncode == 1, output[-3000:]
+    assert took < DETECT_BOUND_S + timeout_s + 10, output[-3000:]
+    assert WAITING.search(output), output[-3000:]
+    last = output.rstrip("\n").splitlines()[-1]
+    # b's cooldown (10-15 s) may end before the timeout: then it is no longer held out.
+    assert re.fullmatch(r"elastic: error: 2 of the 4 slots needed after the elastic timeout "
+                        rf"\({timeout_s} s, --elastic-timeout\): listed a:2(; held out after a "
+                        r"failure: b until \d\d:\d\d:\d\d)?; ending the job", last), output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    # Nothing left behind on either host.
+    time.sleep(1)
+    for host in ("a", "b"):
+        assert not [c for c in host_processes(host).values() if "pytorch_mnist.py" in c], host
+    print(f"ended {took:.1f} s after the loss: {last}")
