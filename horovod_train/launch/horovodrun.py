@@ -22,6 +22,11 @@ checks, before anything starts:
     --network-interfaces (names where every host has them, else networks
     in CIDR form) and skips its own probe.
 
+With --preflight (the launcher's own option, not horovodrun's), the
+hosts, every pair of them and an allreduce over the ranks are checked first
+(scripts/preflight.sh, launch/preflight.py): its table, and a line per
+culprit and exit 1 before any rank starts when something is wrong.
+
 A problem is one line, `launch: error: ...`, and exit 2, before any rank
 starts. The first line of a run says the network and why the others were
 left out. Otherwise horovodrun replaces this process with the same arguments,
@@ -273,12 +278,44 @@ def with_elastic_defaults(args: argparse.Namespace, argv: list[str],
     return added + argv
 
 
+def without_preflight(argv: list[str]) -> tuple[bool, list[str]]:
+    """Whether --preflight is among horovodrun's options (never the
+    command's), and argv without it: horovodrun does not know it."""
+    for index, word in enumerate(argv):
+        if word == "--preflight":
+            rest = argv[:index] + argv[index + 1:]
+            if index <= len(rest) - len(parse_horovodrun_args(rest).command):
+                return True, rest
+            break
+    return False, argv
+
+
+def preflight(args: argparse.Namespace, argv: list[str], listed: list[hosts.Host] | None) -> None:
+    """scripts/preflight.sh over the launch's hosts, network and controller;
+    a problem ends the launch (exit 1) before any rank starts."""
+    from horovod_train.launch import preflight as checks
+
+    if listed is None:
+        raise UserError("--preflight checks the hosts of -H or a hostfile; for an elastic run, "
+                        "run scripts/preflight.sh on the hosts its discovery lists")
+    request = checks.Request(
+        listed, args.num_proc, args.ssh_port, args.ssh_identity_file,
+        named_network(argv, args.command, dict(os.environ)),
+        "gloo" if args.use_gloo else "mpi" if args.use_mpi else None,
+        Path.cwd(), allreduce=True, cpu_only="--no-cuda" in args.command)
+    if checks.run(request) != 0:
+        raise SystemExit(1)
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] in (["-h"], ["--help"]):
         print(__doc__.strip())
         return 0
+    asked, argv = without_preflight(argv)
     args = parse_horovodrun_args(argv)
     listed = check(args)
+    if asked:
+        preflight(args, argv, listed)
     if listed:
         argv = choose_network(args, argv, listed, dict(os.environ))
     if args.hostfile:
