@@ -97,7 +97,7 @@ def ssh_culprit(host: str, problem: str, port: int | None) -> Culprit:
     for said, fix in SSH_FIXES.items():
         if said in problem:
             return Culprit(f"host {host}", f"ssh fails ({said}): {fix.format(target=target)}")
-    return Culprit(f"host {host}", problem)
+    return Culprit(f"host {host}", problem.removeprefix(f"host {host} "))
 
 
 def host_culprits(host: hosts.Host, found: dict, here: dict, min_shm: float,

@@ -107,8 +107,7 @@ def test_ssh_failures_get_their_fix():
                                           "in): root@c: Permission denied (publickey).", 2222))
     assert "ssh-copy-id -p 2222 c" in line
     assert str(preflight.ssh_culprit("c", "host c does not resolve: Name or service not known",
-                                     None)) == "host c: host c does not resolve: Name or service " \
-                                               "not known"
+                                     None)) == "host c: does not resolve: Name or service not known"
 
 
 @pytest.mark.parametrize("nodes", [2, 3, 4, 5, 8])
