@@ -141,16 +141,17 @@ def predict_run(run_dir: Path) -> dict:
 
 
 def markdown(runs: list[dict]) -> str:
-    lines = ["| model | link | controller | 1x1 images/s | layout | predicted images/s "
+    lines = ["| run | model | link | controller | 1x1 images/s | layout | predicted images/s "
              "| measured | predicted / measured | exposed allreduce ms "
              "| no-overlap bound / measured |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for run in runs:
         for row in run["layouts"]:
             ratio = row["predicted_over_measured"]
             mark = " (oversubscribed)" if row["oversubscribed"] else ""
             lines.append(
-                f"| {run['model']} | {run['rate']}, {run['delay']} | {row['controller']} "
+                f"| {Path(run['run']).parent.name} | {run['model']} | {run['rate']}, "
+                f"{run['delay']} | {row['controller']} "
                 f"| {run['one_rank_images_per_sec']:.1f} | {row['layout']}{mark} "
                 f"| {row['predicted_images_per_sec']:.1f} "
                 f"| {'–' if row['measured_images_per_sec'] is None else format(row['measured_images_per_sec'], '.1f')} "  # noqa: E501
