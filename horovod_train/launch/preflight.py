@@ -412,7 +412,11 @@ def check_allreduce(request: Request, choice: network.Choice | None, found: Find
         found.allreduce_error = (f"{request.num_proc} ranks failed (exit {process.returncode}): "
                                  f"{telling[-1][:300] if telling else 'no output'}")
         return
-    found.allreduce = json.loads(said[-1])
+    try:
+        # The object alone: another rank's output may follow it on the line.
+        found.allreduce = json.JSONDecoder().raw_decode(said[-1])[0]
+    except ValueError:
+        found.allreduce_error = f"unreadable result from rank 0: {said[-1][:200]}"
 
 
 def run_checks(request: Request) -> Findings:
