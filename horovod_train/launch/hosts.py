@@ -328,18 +328,26 @@ def check_reachable(hosts: list[str], port: int | None, identity: str | None,
     first_problem(problems)
 
 
-def probe_command(host: str, port: int | None, identity: str | None) -> list[str]:
-    """The host's part of the network probe (core/interfaces.py, its source
-    sent whole, so that stdin carries the probe's plan) under the Python at
-    this one's path, as horovodrun runs its own probe there; over ssh
-    unless the host is this machine."""
-    source = network.SOURCE.read_text()
-    here = [sys.executable, "-c", source, "probe", host]
+def python_on(host: str, port: int | None, identity: str | None, args: list[str],
+              cwd: str | Path | None = None) -> list[str]:
+    """`python ARGS` under the Python at this one's path on `host` (in `cwd`
+    there, where given), as horovodrun starts ranks: over ssh, in BatchMode
+    with a short connect timeout, unless the host is this machine."""
+    here = [sys.executable, *args]
     if runs_here(host, ssh_target(host, port)):
         return here
+    remote = shlex.join(here) if cwd is None else \
+        f"cd {shlex.quote(str(cwd))} && exec {shlex.join(here)}"
     return ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}",
             *(["-p", str(port)] if port else []), *(["-i", identity] if identity else []),
-            host, shlex.join(here)]
+            host, remote]
+
+
+def probe_command(host: str, port: int | None, identity: str | None) -> list[str]:
+    """The host's part of the network probe (core/interfaces.py, its source
+    sent whole, so that stdin carries the probe's plan), as horovodrun runs
+    its own probe there."""
+    return python_on(host, port, identity, ["-c", network.SOURCE.read_text(), "probe", host])
 
 
 def choose_network(hosts: list[str], named: list[str] | None, port: int | None,

@@ -32,7 +32,6 @@ Exit 0 when nothing is named, 1 when something is, 2 for bad input.
 
 import json
 import os
-import shlex
 import statistics
 import subprocess
 import sys
@@ -257,18 +256,6 @@ class Request:
     checkout: Path = field(default_factory=Path.cwd)
 
 
-def remote_python(host: str, request: Request, command: list[str]) -> list[str]:
-    """`command` under this Python's path in this working directory on
-    `host`, as horovodrun starts ranks there; here without ssh."""
-    here = [sys.executable, *command]
-    if hosts.runs_here(host, hosts.ssh_target(host, request.ssh_port)):
-        return here
-    return ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={hosts.CONNECT_TIMEOUT_S}",
-            *(["-p", str(request.ssh_port)] if request.ssh_port else []),
-            *(["-i", request.identity] if request.identity else []),
-            host, f"cd {shlex.quote(str(request.checkout))} && exec {shlex.join(here)}"]
-
-
 def read_facts(command: list[str], timeout_s: float = FACTS_TIMEOUT_S) -> dict:
     """One host's facts, or {"error": why not}."""
     try:
@@ -295,19 +282,20 @@ def check_hosts(request: Request, found: Findings) -> None:
                                                               request.identity)
         if problem:
             return problem, None
-        return None, read_facts(remote_python(host, request,
-                                              facts_command(host, request.workdir)))
+        return None, read_facts(hosts.python_on(host, request.ssh_port, request.identity,
+                                                facts_command(host, request.workdir),
+                                                request.checkout))
 
     if request.slurm:
         results = slurm_facts(request)
     else:
-        verdicts = hosts.on_every_host(one, [h.name for h in request.hosts],
-                                       hosts.CHECK_DEADLINE_S + FACTS_TIMEOUT_S)
+        answers = hosts.on_every_host(one, [h.name for h in request.hosts],
+                                      hosts.CHECK_DEADLINE_S + FACTS_TIMEOUT_S)
         results = {}
         for host in request.hosts:
-            verdict = verdicts.get(host.name, hosts.Failed("no answer to the checks in time"))
-            results[host.name] = (verdict.message, None) if isinstance(verdict, hosts.Failed) \
-                else verdict
+            answer = answers.get(host.name, hosts.Failed("no answer to the checks in time"))
+            results[host.name] = (answer.message, None) if isinstance(answer, hosts.Failed) \
+                else answer
     for name, (problem, facts) in results.items():
         found.reach[name] = problem
         if facts is not None:
