@@ -22,8 +22,6 @@ import sys
 from pathlib import Path
 
 from benchmarks import predict_scaling
-from benchmarks.machine import machine_record
-from horovod_train.core.atomic import atomic_write_bytes, atomic_write_json
 from horovod_train.core.errors import ArgumentParser, UserError, run_main
 
 PROG = "predict_emulated"
@@ -168,23 +166,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, metavar="FILE")
     parser.add_argument("--markdown", type=Path, metavar="FILE")
     args = parser.parse_args(argv)
-    for option in ("markdown", "json"):
-        path = getattr(args, option)
-        if path is not None and not path.resolve().parent.is_dir():
-            parser.error(f"--{option}: directory {path.resolve().parent} does not exist")
+    predict_scaling.check_output_dirs(parser, args)
     return args
 
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     runs = [predict_run(run_dir) for run_dir in args.runs]
-    text = markdown(runs)
-    sys.stdout.write(text)
-    if args.markdown is not None:
-        atomic_write_bytes(args.markdown, text.encode())
-    if args.json is not None:
-        atomic_write_json(args.json, {"schema_version": 1, "runs": runs,
-                                      "machine": machine_record()})
+    predict_scaling.write_outputs(args, markdown(runs), {"schema_version": 1, "runs": runs})
     return 0
 
 

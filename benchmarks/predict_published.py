@@ -16,8 +16,6 @@ import sys
 from pathlib import Path
 
 from benchmarks import predict_scaling
-from benchmarks.machine import machine_record
-from horovod_train.core.atomic import atomic_write_bytes, atomic_write_json
 from horovod_train.core.errors import ArgumentParser, run_main
 
 PROG = "predict_published"
@@ -148,23 +146,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, metavar="FILE")
     parser.add_argument("--markdown", type=Path, metavar="FILE")
     args = parser.parse_args(argv)
-    for option in ("markdown", "json"):
-        path = getattr(args, option)
-        if path is not None and not path.resolve().parent.is_dir():
-            parser.error(f"--{option}: directory {path.resolve().parent} does not exist")
+    predict_scaling.check_output_dirs(parser, args)
     return args
 
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     rows = compare()
-    text = markdown(rows)
-    sys.stdout.write(text)
-    if args.markdown is not None:
-        atomic_write_bytes(args.markdown, text.encode())
-    if args.json is not None:
-        atomic_write_json(args.json, {"schema_version": 1, "target_points": TARGET_POINTS,
-                                      "comparisons": rows, "machine": machine_record()})
+    predict_scaling.write_outputs(args, markdown(rows), {
+        "schema_version": 1, "target_points": TARGET_POINTS, "comparisons": rows})
     return 0
 
 

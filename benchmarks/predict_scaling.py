@@ -672,12 +672,19 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                                                              for lay in args.layouts):
                 parser.error(f"a described layout needs its links: give --{name}-gbit "
                              f"(layouts {where})")
-    for option in ("markdown", "json", "matrix_dir"):
+    check_output_dirs(parser, args, ("markdown", "json", "matrix_dir"))
+    return args
+
+
+def check_output_dirs(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                      options: tuple[str, ...] = ("markdown", "json")) -> None:
+    """A usage error for an output whose directory does not exist, before
+    any work (the predictors' commands share it)."""
+    for option in options:
         path = getattr(args, option)
         if path is not None and not path.resolve().parent.is_dir():
             parser.error(f"--{option.replace('_', '-')}: directory {path.resolve().parent} "
                          "does not exist")
-    return args
 
 
 def network(args: argparse.Namespace) -> dict:
@@ -799,14 +806,18 @@ def main(argv: list[str]) -> int:
     report = build_report(args)
     if args.matrix_dir is not None:
         write_matrix(args.matrix_dir, report, argv)
-    text = markdown(report)
+    write_outputs(args, markdown(report), report)
+    return 0
+
+
+def write_outputs(args: argparse.Namespace, text: str, record: dict) -> None:
+    """The table on stdout, and in --markdown; the record, naming the
+    machine, in --json (the predictors' commands share it)."""
     sys.stdout.write(text)
     if args.markdown is not None:
         atomic_write_bytes(args.markdown, text.encode())
     if args.json is not None:
-
-        atomic_write_json(args.json, {**report, "machine": machine_record()})
-    return 0
+        atomic_write_json(args.json, {**record, "machine": machine_record()})
 
 
 def cli() -> None:
