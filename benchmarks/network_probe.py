@@ -28,10 +28,12 @@ HOST_NAMES = "abcdefghijklmnop"
 # Run on the first host: the probe over ssh to every host, timed there.
 TIMED_PROBE = """
 import json, os, sys, time
-from horovod_train.launch import hosts
+from horovod_train.launch import hosts, pipeline
+from horovod_train.launch.job import Job
 names = sys.argv[1].split(",")
 started = time.monotonic()
-choice = hosts.choose_network(names, None, None, None, dict(os.environ))
+job = Job(tuple(hosts.Host(name, 1) for name in names), len(names))
+choice = pipeline.choose_network(job, dict(os.environ))
 print(json.dumps({"seconds": time.monotonic() - started, "chosen": choice.title,
                   "left_out": choice.rejected}))
 """

@@ -150,17 +150,37 @@ def answer_connections(listener: socket.socket, node: str) -> None:
         threading.Thread(target=answer, args=(conn, node), daemon=True).start()
 
 
+# Sent after the peer's name, in full-size segments: a path that passes
+# small packets and drops large ones (hosts set to jumbo frames, the switch
+# not) lets the connection and the name through, and stalls a job's first
+# large message, silently.
+FULL_SIZE_BYTES = 1 << 16
+MTU_HINT = ("small packets pass and full-size ones are lost: an MTU mismatch on the path "
+            "(e.g. jumbo frames on the hosts, not on the switch): set one MTU on the hosts "
+            "and every switch between them")
+
+
 def reach(node: str, address: str, port: int, timeout_s: float) -> str | None:
-    """None when `node` answers at address:port, else what happened."""
+    """None when `node` answers at address:port and takes a few full-size
+    segments, else what happened."""
     try:
         with socket.create_connection((address, port), timeout=timeout_s) as conn:
-            said = conn.makefile("rb").readline().decode(errors="replace").strip()
+            reader = conn.makefile("rb")
+            said = reader.readline().decode(errors="replace").strip()
+            if said != node:
+                return f"{address} is {said or 'something else'} there, not {node}"
+            try:
+                conn.sendall(b"\0" * FULL_SIZE_BYTES)
+                conn.shutdown(socket.SHUT_WR)
+                received = int(reader.readline() or 0)
+            except (TimeoutError, ValueError):
+                received = 0
+            if received != FULL_SIZE_BYTES:
+                return f"{address}: {MTU_HINT}"
     except TimeoutError:
         return f"no answer from {address} within {timeout_s:g} s"
     except OSError as err:
         return f"{address}: {err.strerror or err}"
-    if said != node:
-        return f"{address} is {said or 'something else'} there, not {node}"
     return None
 
 

@@ -412,6 +412,7 @@ def down(state: Path, quiet: bool = False) -> None:
         # The link first: a deleted namespace is cleaned up later, in the
         # background, and its link would block the next `up` meanwhile.
         sh("ip", "link", "del", f"{ns}0", check=False)
+        sh("ip", "link", "del", f"{ns}2", check=False, quiet=True)  # --second-network's
         sh("ip", "netns", "del", ns, check=False)
     for bridge in (BRIDGE, ROUTED_BRIDGE, SECOND_BRIDGE):
         sh("ip", "link", "del", bridge, check=False, quiet=True)

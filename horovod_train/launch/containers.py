@@ -3,8 +3,11 @@
 On each host (reached with your own ssh, as usual) a container of the image
 starts with host networking, its GPUs, a large /dev/shm and the cluster's
 keys mounted read-only; its entrypoint starts sshd on the cluster's port.
-Then horovodrun runs inside the first host's container and reaches the
-others' containers on that port. The containers are stopped at the end
+Then scripts/launch.sh's launch runs inside the first host's container, as
+on bare hosts (launch/pipeline.py): the hosts checked over the containers'
+sshd, the preflight with --preflight, the network chosen, then horovodrun,
+which reaches the others' containers on that port; the trainer's command
+passes through unchanged. The containers are stopped at the end
 unless --keep is given.
 
 The keys directory (scripts/cluster_keys.sh) and the data directory must be
@@ -67,15 +70,12 @@ def start_command(args, hosts: list[Host]) -> list[str]:
 
 
 def train_command(args, hosts: list[Host]) -> list[str]:
-    return [args.engine, "exec", CONTAINER, "horovodrun", "-np", str(total_slots(hosts)),
+    """The launch (scripts/launch.sh's, with --preflight where asked) inside
+    the first host's container, over the containers' sshd: the hosts as the
+    ranks will see them, and one network for the preflight and the ranks."""
+    return [args.engine, "exec", CONTAINER, "python", "-m", "horovod_train", "launch",
+            *(["--preflight"] if args.preflight else []), "-np", str(total_slots(hosts)),
             "-H", host_list(hosts), "-p", str(args.port), *args.command]
-
-
-def preflight_command(args, hosts: list[Host]) -> list[str]:
-    """scripts/preflight.sh inside the first host's container, over the
-    containers' sshd: the hosts as the ranks will see them."""
-    return [args.engine, "exec", CONTAINER, "python", "-m", "horovod_train.launch.preflight",
-            "-H", host_list(hosts), "-p", str(args.port)]
 
 
 def on(host: str, command: list[str]) -> list[str]:
@@ -109,7 +109,7 @@ def check_rdma(hosts: list[str]) -> None:
 
 
 def main(argv: list[str]) -> int:
-    parser = ArgumentParser(prog="launch_cluster.sh", description=__doc__,
+    parser = ArgumentParser(prog="launch_cluster", description=__doc__,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--hosts", required=True, help="NAME:SLOTS,... (slots: GPUs per host)")
     parser.add_argument("--image", default="horovod-train")
@@ -136,8 +136,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--keep", action="store_true", help="leave the containers running")
     parser.add_argument("--preflight", action="store_true",
                         help="check the containers, every pair of hosts and an allreduce "
-                             "over the ranks before training (scripts/preflight.sh); a "
-                             "problem ends the run, exit 1")
+                             "over the ranks before training, on the network the ranks will "
+                             "use (scripts/launch.sh --preflight); a problem ends the run, "
+                             "exit 1")
     parser.add_argument("--dry-run", action="store_true", help="print the commands only")
     parser.add_argument("command", nargs=argparse.REMAINDER,
                         help="-- the trainer command, e.g. python horovod_train/pytorch_mnist.py")
@@ -148,8 +149,6 @@ def main(argv: list[str]) -> int:
     hosts = parse_host_list(args.hosts, option="--hosts")
 
     steps = [on(host.name, start_command(args, hosts)) for host in hosts]
-    if args.preflight:
-        steps.append(on(hosts[0].name, preflight_command(args, hosts)))
     steps.append(on(hosts[0].name, train_command(args, hosts)))
     stops = [] if args.keep else [on(host.name, [args.engine, "stop", CONTAINER])
                                   for host in hosts]
@@ -165,10 +164,7 @@ def main(argv: list[str]) -> int:
     try:
         for step in steps[:starts]:
             subprocess.run(step, check=True, stdout=subprocess.DEVNULL)
-        for step in steps[starts:-1]:  # the preflight: its table and lines are for the user
-            code = subprocess.run(step).returncode
-            if code != 0:
-                return code
+        # The launch's lines (and its exit code) are the user's, as from launch.sh.
         return subprocess.run(steps[-1]).returncode
     except subprocess.CalledProcessError as err:
         raise RunFailed(f"{shlex.join(err.cmd)} exited {err.returncode}") from None

@@ -17,9 +17,6 @@ than slots) and M below N is refused. horovodrun's own hostfile reader takes
 none of this but `HOST slots=N` lines, so launchers hand it the -H list of
 the hosts read here (`host_list`), never the file.
 
-The network probe runs on every host over ssh too (probe_command,
-choose_network; the rules are launch/network.py's).
-
 The SSH port, one rule for every tool that reaches hosts (launch.sh, the
 matrix, the Slurm job, the image's hosts): ssh's own configuration decides
 (`ssh -G`: ssh_config's `Port`, else 22), and `-p` where given overrides
@@ -42,7 +39,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from horovod_train.core.errors import ArgumentParser, UserError, run_main
-from horovod_train.launch import network
 
 
 @dataclass(frozen=True)
@@ -225,9 +221,21 @@ def probe_ssh_port(host: str, target: SshTarget) -> str | None:
     return None
 
 
+# The two faults of a host new to a cluster, as ssh's last line says them,
+# and their fix.
+SSH_FIXES = {
+    "Host key verification failed": "its host key is not known here: add it to "
+                                    "~/.ssh/known_hosts (ssh-keyscan {target}, checked)",
+    "Permission denied": "this host's key is not accepted there: add it to the host's "
+                         "~/.ssh/authorized_keys (ssh-copy-id {target}, or "
+                         "scripts/cluster_keys.sh)",
+}
+
+
 def ssh_login(host: str, port: int | None, identity: str | None) -> str | None:
     """The login horovodrun's own check makes (with our patch: BatchMode,
-    the user's host-key checking), once, with a short connect timeout."""
+    the user's host-key checking), once, with a short connect timeout; a
+    fault with a known fix is named with it."""
     command = ["ssh", "-o", "PasswordAuthentication=no", "-o", "BatchMode=yes",
                "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}",
                *(["-p", str(port)] if port else []), *(["-i", identity] if identity else []),
@@ -236,10 +244,19 @@ def ssh_login(host: str, port: int | None, identity: str | None) -> str | None:
         result = subprocess.run(command, capture_output=True, text=True,
                                 stdin=subprocess.DEVNULL, timeout=SSH_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        return f"ssh to host {host} did not finish within {SSH_TIMEOUT_S} s"
+        # Its port answered with a greeting (check_host asks first): the
+        # small packets pass, and the login's larger ones did not.
+        return (f"ssh to host {host} greeted and then did not finish within {SSH_TIMEOUT_S} s: "
+                "a path that loses full-size packets does this (an MTU mismatch, e.g. jumbo "
+                "frames on the hosts, not on the switch: set one MTU on hosts and switches), "
+                "as does a login that hangs on the host (its shell profile, DNS lookups)")
     if result.returncode == 0:
         return None
     lines = [line.strip() for line in result.stderr.splitlines() if line.strip()]
+    target = f"-p {port} {host}" if port else host
+    for said, fix in SSH_FIXES.items():
+        if lines and said in lines[-1]:
+            return f"host {host}: ssh fails ({said}): {fix.format(target=target)}"
     return (f"ssh to host {host} failed (BatchMode, as horovodrun logs in): "
             f"{lines[-1] if lines else f'exit {result.returncode}'}")
 
@@ -341,29 +358,6 @@ def python_on(host: str, port: int | None, identity: str | None, args: list[str]
     return ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}",
             *(["-p", str(port)] if port else []), *(["-i", identity] if identity else []),
             host, remote]
-
-
-def probe_command(host: str, port: int | None, identity: str | None) -> list[str]:
-    """The host's part of the network probe (core/interfaces.py, its source
-    sent whole, so that stdin carries the probe's plan), as horovodrun runs
-    its own probe there."""
-    return python_on(host, port, identity, ["-c", network.SOURCE.read_text(), "probe", host])
-
-
-def choose_network(hosts: list[str], named: list[str] | None, port: int | None,
-                   identity: str | None, env: dict) -> network.Choice:
-    """The network probe over ssh (launch/network.py): the networks that
-    join every host, the fastest chosen, or the `named` ones checked; one
-    UserError for what cannot carry the job."""
-    try:
-        timeouts = network.ProbeTimeouts.from_env(env)
-        return network.choose([probe_command(host, port, identity) for host in hosts], hosts,
-                              named, None, timeouts)
-    except network.NoSharedInterface as err:
-        raise UserError(f"{err} (--network-interface or HVT_NETWORK_INTERFACE names one)") \
-            from None
-    except (ValueError, RuntimeError) as err:
-        raise UserError(str(err)) from None
 
 
 def main(argv: list[str]) -> int:

@@ -48,11 +48,7 @@ import subprocess
 import threading
 import time
 
-from horovod_train.core.interfaces import (
-    SOURCE,  # noqa: F401 (hosts.py sends it to other hosts: python3 -c SOURCE probe)
-    Interface,
-    interfaces_from_json,
-)
+from horovod_train.core.interfaces import Interface, interfaces_from_json
 
 
 @dataclasses.dataclass(frozen=True)
@@ -312,7 +308,12 @@ class ProbeStep:
 
 
 class NoSharedInterface(ValueError):
-    """No network passed: the user may know one that the rules do not."""
+    """No network passed: the user may know one that the rules do not,
+    unless a firewall on one host is the cause (`firewall`)."""
+
+    def __init__(self, message: str, firewall: bool = False):
+        super().__init__(message)
+        self.firewall = firewall
 
 
 @dataclasses.dataclass(frozen=True)
@@ -482,6 +483,21 @@ def fastest(passed: list[Network], measure) -> tuple[Network, dict[str, str]]:
     return best, left_out
 
 
+def firewall_hint(tried: dict[str, dict[str, str]], unreached: dict[str, set[str]]) -> str:
+    """Where every network that was tried failed only at one node, which
+    the probe itself reached (its part runs there, over ssh or srun), that
+    node lets the launcher in and not the job's ports: say so, and the fix.
+    Connecting cannot tell this from a route that fails, but a node that
+    answers on every network but none is the usual case."""
+    blocked = {peer for peers in unreached.values() for peer in peers}
+    if len(blocked) != 1 or not tried or set(tried) != set(unreached):
+        return ""
+    node = blocked.pop()
+    return (f" (a firewall on {node}? the probe runs there, over ssh or srun, yet no other "
+            "node reaches its ports on any network: let TCP and UDP from the job's hosts in "
+            "there, not ssh alone)")
+
+
 def decide(tables: dict[str, list[Interface]], connect, named: list[str] | None = None,
            layers: dict[str, str] | None = None, measure=None) -> Choice:
     """Choose the networks from the nodes' interface tables, or check the
@@ -504,7 +520,9 @@ def decide(tables: dict[str, list[Interface]], connect, named: list[str] | None 
     why = {label: table_problem(net) for label, net in checked.items()}
     addresses = {label: {node: iface.ip for node, iface in checked[label].members.items()}
                  for label, reason in why.items() if reason is None}
+    unreached: dict[str, set[str]] = {}  # each network the tables allowed: who was not reached
     for node, label, peer, failure in connect(addresses):
+        unreached.setdefault(label, set()).add(peer)
         if why[label] is None:
             why[label] = f"{node} cannot reach {checked[label].where(peer)}: {failure}"
     for net in chosen_from if named else []:
@@ -517,8 +535,9 @@ def decide(tables: dict[str, list[Interface]], connect, named: list[str] | None 
     passed = [net for net in chosen_from if why[net.label] is None]
     rejected = {net.title: why[net.label] for net in chosen_from if why[net.label]}
     if not passed:
+        hint = firewall_hint(addresses, unreached)
         raise NoSharedInterface("no network connects every node: " + "; ".join(
-            f"{title}: {reason}" for title, reason in rejected.items()))
+            f"{title}: {reason}" for title, reason in rejected.items()) + hint, bool(hint))
     if len(passed) > 1 and not named and measure and len(tables) > 1:
         best, slower = fastest(passed, measure)
         passed, rejected = [best], {**rejected, **slower}

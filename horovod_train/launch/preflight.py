@@ -39,9 +39,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from horovod_train.core.errors import ArgumentParser, UserError, run_main
+from horovod_train.core.errors import ArgumentParser, RunFailed, run_main
 from horovod_train.core.options import positive_float
-from horovod_train.launch import host_facts, hosts, network
+from horovod_train.launch import allocation, host_facts, hosts, network, openmpi, starters
+from horovod_train.launch.job import Job, each_host_command, named_network, probe_commands
 from horovod_train.torch import gpu
 
 PROG = "preflight"
@@ -82,21 +83,10 @@ class Findings:
 
 # --- the verdicts ------------------------------------------------------------------
 
-SSH_FIXES = {
-    "Host key verification failed": "its host key is not known here: add it to "
-                                    "~/.ssh/known_hosts (ssh-keyscan {target}, checked)",
-    "Permission denied": "this host's key is not accepted there: add it to the host's "
-                         "~/.ssh/authorized_keys (ssh-copy-id {target}, or "
-                         "scripts/cluster_keys.sh)",
-}
-
-
-def ssh_culprit(host: str, problem: str, port: int | None) -> Culprit:
-    target = f"-p {port} {host}" if port else host
-    for said, fix in SSH_FIXES.items():
-        if said in problem:
-            return Culprit(f"host {host}", f"ssh fails ({said}): {fix.format(target=target)}")
-    return Culprit(f"host {host}", problem.removeprefix(f"host {host} "))
+def ssh_culprit(host: str, problem: str) -> Culprit:
+    """The host check's line (hosts.check_host, which names the fix) as a culprit."""
+    return Culprit(f"host {host}", problem.removeprefix(f"host {host} ").removeprefix(
+        f"host {host}: "))
 
 
 def host_culprits(host: hosts.Host, found: dict, here: dict, min_shm: float,
@@ -222,14 +212,12 @@ def clock_culprits(clocks: dict[str, tuple[float, float]]) -> list[Culprit]:
     return named
 
 
-def verdicts(found: Findings, request: "Request", min_shm: float,
-             min_free: float) -> list[Culprit]:
-    named = [ssh_culprit(host, problem, request.ssh_port)
-             for host, problem in found.reach.items() if problem]
+def verdicts(found: Findings, job: Job, min_shm: float, min_free: float) -> list[Culprit]:
+    named = [ssh_culprit(host, problem) for host, problem in found.reach.items() if problem]
     for host in found.hosts:
         if host.name in found.facts:
             named += host_culprits(host, found.facts[host.name], found.here, min_shm, min_free,
-                                   request.cpu_only)
+                                   job.cpu_only)
     if found.network_error:
         named.append(Culprit("network", found.network_error))
     named += pair_culprits(found.pairs) + clock_culprits(found.clocks)
@@ -239,22 +227,6 @@ def verdicts(found: Findings, request: "Request", min_shm: float,
 
 
 # --- running the checks ------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Request:
-    hosts: list[hosts.Host]
-    num_proc: int
-    ssh_port: int | None
-    identity: str | None
-    named: list[str] | None  # the network named, else chosen
-    controller: str | None  # --gloo, --mpi, else horovodrun's default
-    workdir: Path
-    allreduce: bool
-    cpu_only: bool = False  # the job trains on the CPU (the trainer's --no-cuda): no GPU checks
-    slurm: bool = False  # node commands by srun (no ssh), the ranks Slurm tasks
-    # The job's working directory, at the same path on every host.
-    checkout: Path = field(default_factory=Path.cwd)
-
 
 def read_facts(command: list[str], timeout_s: float = FACTS_TIMEOUT_S) -> dict:
     """One host's facts, or {"error": why not}."""
@@ -275,24 +247,21 @@ def facts_command(node: str, workdir: Path) -> list[str]:
     return ["-m", "horovod_train.launch.host_facts", "--node", node, "--workdir", str(workdir)]
 
 
-def check_hosts(request: Request, found: Findings) -> None:
+def check_hosts(job: Job, found: Findings) -> None:
     """ssh and the facts, every host at once."""
     def one(host: str) -> tuple[str | None, dict | None]:
-        problem = None if request.slurm else hosts.check_host(host, request.ssh_port,
-                                                              request.identity)
+        problem = hosts.check_host(host, job.ssh_port, job.identity)
         if problem:
             return problem, None
-        return None, read_facts(hosts.python_on(host, request.ssh_port, request.identity,
-                                                facts_command(host, request.workdir),
-                                                request.checkout))
+        return None, read_facts(hosts.python_on(host, job.ssh_port, job.identity,
+                                                facts_command(host, job.workdir), job.checkout))
 
-    if request.slurm:
-        results = slurm_facts(request)
+    if job.srun:
+        results = slurm_facts(job)
     else:
-        answers = hosts.on_every_host(one, [h.name for h in request.hosts],
-                                      hosts.CHECK_DEADLINE_S + FACTS_TIMEOUT_S)
+        answers = hosts.on_every_host(one, job.names, hosts.CHECK_DEADLINE_S + FACTS_TIMEOUT_S)
         results = {}
-        for host in request.hosts:
+        for host in job.hosts:
             answer = answers.get(host.name, hosts.Failed("no answer to the checks in time"))
             results[host.name] = (answer.message, None) if isinstance(answer, hosts.Failed) \
                 else answer
@@ -302,12 +271,11 @@ def check_hosts(request: Request, found: Findings) -> None:
             found.facts[name] = facts
 
 
-def slurm_facts(request: Request) -> dict[str, tuple[None, dict]]:
+def slurm_facts(job: Job) -> dict[str, tuple[None, dict]]:
     """The facts of every node of the allocation, one Slurm task on each."""
-    names = [host.name for host in request.hosts]
-    command = ["srun", f"--nodes={len(names)}", f"--ntasks={len(names)}", "--ntasks-per-node=1",
-               "--mpi=none", f"--chdir={request.checkout}", sys.executable, "-m",
-               "horovod_train.launch.host_facts", "--workdir", str(request.workdir)]
+    names = job.names
+    [command] = each_host_command(job, ["-m", "horovod_train.launch.host_facts", "--workdir",
+                                        str(job.workdir)])
     try:
         result = subprocess.run(command, capture_output=True, text=True,
                                 stdin=subprocess.DEVNULL, timeout=FACTS_TIMEOUT_S)
@@ -323,18 +291,9 @@ def slurm_facts(request: Request) -> dict[str, tuple[None, dict]]:
             for name in names}
 
 
-def probe_commands(request: Request, names: list[str]) -> list[list[str]]:
-    if request.slurm:
-        from horovod_train.launch.slurm import probe_step
-
-        return [probe_step(names, request.checkout)]
-    return [hosts.probe_command(name, request.ssh_port, request.identity) for name in names]
-
-
-def check_network(request: Request, found: Findings) -> network.Choice | None:
+def check_network(job: Job, found: Findings) -> network.Choice | None:
     """The job's network (chosen, or the named one checked), then every
     pair on it and every clock, in the same probe."""
-    names = [host.name for host in request.hosts]
     timeouts = network.ProbeTimeouts(whole_s=PROBE_TIMEOUT_S)
 
     def then(step, hello, choice):
@@ -342,8 +301,8 @@ def check_network(request: Request, found: Findings) -> network.Choice | None:
         found.clocks = network.clock_offsets(step, timeouts.connect_s)
 
     try:
-        choice = network.choose(probe_commands(request, names), names, request.named, None,
-                                timeouts, then)
+        choice = network.choose(probe_commands(job), job.names, list(job.network) or None,
+                                None, timeouts, then)
     except (ValueError, RuntimeError) as err:
         found.network_error = str(err)
         return None
@@ -351,45 +310,40 @@ def check_network(request: Request, found: Findings) -> network.Choice | None:
     return choice
 
 
-def allreduce_command(request: Request, choice: network.Choice | None) -> list[str]:
-    from horovod_train.launch.horovodrun import horovodrun_path
-
-    if request.slurm:
-        return ["srun", "--mpi=pmix", "--kill-on-bad-exit=1", f"--ntasks={request.num_proc}",
-                f"--chdir={request.checkout}", sys.executable, "-m",
-                "horovod_train.torch.allreduce_check", *(["--no-cuda"] if request.cpu_only else [])]
-    return [horovodrun_path(), "-np", str(request.num_proc), "-H", hosts.host_list(request.hosts),
-            *(["-p", str(request.ssh_port)] if request.ssh_port else []),
-            *(["--ssh-identity-file", request.identity] if request.identity else []),
+def allreduce_command(job: Job, choice: network.Choice | None) -> list[str]:
+    if job.srun:
+        return ["srun", "--mpi=pmix", "--kill-on-bad-exit=1", f"--ntasks={job.num_proc}",
+                f"--chdir={job.checkout}", sys.executable, "-m",
+                "horovod_train.torch.allreduce_check", *(["--no-cuda"] if job.cpu_only else [])]
+    return [starters.horovodrun_path(), "-np", str(job.num_proc), "-H", hosts.host_list(job.hosts),
+            *(["-p", str(job.ssh_port)] if job.ssh_port else []),
+            *(["--ssh-identity-file", job.identity] if job.identity else []),
             *(["--network-interfaces", choice.horovodrun_nics] if choice else []),
-            *([f"--{request.controller}"] if request.controller else []),
+            *([f"--{job.controller}"] if job.controller else []),
             sys.executable, "-m", "horovod_train.torch.allreduce_check",
-            *(["--no-cuda"] if request.cpu_only else [])]
+            *(["--no-cuda"] if job.cpu_only else [])]
 
 
-def allreduce_environment(choice: network.Choice | None, slurm: bool) -> dict:
-    from horovod_train.launch import horovodrun
-    from horovod_train.launch import slurm as slurm_glue
-
-    env = {**os.environ, **horovodrun.mpi_settings_environment()}
-    if slurm and choice:
-        env.update(slurm_glue.srun_rank_environment(choice, env))
-        env.update(horovodrun.rank_mpi_environment(env))
+def allreduce_environment(choice: network.Choice | None, srun: bool) -> dict:
+    """As the job's ranks get it (launch/pipeline.py's rank_environment)."""
+    env = {**openmpi.project_environment(), **os.environ}
+    if srun:
+        env.update(openmpi.srun_rank_environment(env, choice.cidrs if choice else None))
     return env
 
 
-def check_allreduce(request: Request, choice: network.Choice | None, found: Findings) -> None:
-    command = allreduce_command(request, choice)
+def check_allreduce(job: Job, choice: network.Choice | None, found: Findings) -> None:
+    command = allreduce_command(job, choice)
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True, stdin=subprocess.DEVNULL, start_new_session=True,
-                               cwd=request.checkout,
-                               env=allreduce_environment(choice, request.slurm))
+                               cwd=job.checkout,
+                               env=allreduce_environment(choice, job.srun))
     try:
         output, _ = process.communicate(timeout=ALLREDUCE_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, 9)
         process.communicate()
-        found.allreduce_error = (f"{request.num_proc} ranks did not finish within "
+        found.allreduce_error = (f"{job.num_proc} ranks did not finish within "
                                  f"{ALLREDUCE_TIMEOUT_S} s")
         return
     said = [line.split("allreduce: ", 1)[1] for line in output.splitlines()
@@ -397,7 +351,7 @@ def check_allreduce(request: Request, choice: network.Choice | None, found: Find
     if process.returncode != 0 or not said:
         lines = [line.strip() for line in output.splitlines() if line.strip()]
         telling = [line for line in lines if "rror" in line] or lines
-        found.allreduce_error = (f"{request.num_proc} ranks failed (exit {process.returncode}): "
+        found.allreduce_error = (f"{job.num_proc} ranks failed (exit {process.returncode}): "
                                  f"{telling[-1][:300] if telling else 'no output'}")
         return
     try:
@@ -407,10 +361,9 @@ def check_allreduce(request: Request, choice: network.Choice | None, found: Find
         found.allreduce_error = f"unreadable result from rank 0: {said[-1][:200]}"
 
 
-def run_checks(request: Request) -> Findings:
+def run_checks(job: Job, allreduce: bool = True) -> Findings:
     started = time.monotonic()
-    found = Findings(request.hosts, host_facts.facts("here", request.workdir,
-                                                     request.checkout))
+    found = Findings(list(job.hosts), host_facts.facts("here", job.workdir, job.checkout))
 
     def timed(phase: str, work, *args):
         begun = time.monotonic()
@@ -418,17 +371,16 @@ def run_checks(request: Request) -> Findings:
         found.phases[phase] = round(time.monotonic() - begun, 2)
         return result
 
-    timed("hosts", check_hosts, request, found)
-    reached = [host for host in request.hosts if host.name in found.facts
+    timed("hosts", check_hosts, job, found)
+    reached = [host for host in job.hosts if host.name in found.facts
                and "error" not in found.facts[host.name]]
-    remote = not all(hosts.is_local(host.name) for host in request.hosts)
     choice = None
-    if len(reached) == len(request.hosts) and len(request.hosts) > 1 and remote:
-        choice = timed("network", check_network, request, found)
+    if len(reached) == len(job.hosts) and job.remote:
+        choice = timed("network", check_network, job, found)
     # The allreduce only where the rest passed: on a host with another
     # build or checkout it would fail in ways the lines above already name.
-    if request.allreduce and not verdicts(found, request, 0, 0):
-        timed("allreduce", check_allreduce, request, choice, found)
+    if allreduce and not verdicts(found, job, 0, 0):
+        timed("allreduce", check_allreduce, job, choice, found)
     found.seconds = time.monotonic() - started
     return found
 
@@ -540,25 +492,19 @@ def parse_args(argv: list[str]):
     return parser.parse_args(argv)
 
 
-def request_from_args(args) -> Request:
+def job_from_args(args) -> Job:
     if args.slurm:
-        from horovod_train.launch.slurm import allocation_from_env
-
-        listed = list(allocation_from_env(dict(os.environ)).hosts)
+        listed = list(allocation.allocation_from_env(dict(os.environ)).hosts)
     elif args.hosts:
         listed = hosts.parse_host_list(args.hosts)
     else:
         listed = hosts.read_hostfile(args.hostfile)
     num_proc = args.num_proc or hosts.total_slots(listed)
     hosts.check_process_count(num_proc, listed, "the hosts")
-    try:
-        named = network.parse_named(args.network, "--network-interface") if args.network \
-            else network.parse_named(os.environ.get("HVT_NETWORK_INTERFACE")) or None
-    except ValueError as err:
-        raise UserError(str(err)) from None
-    return Request(listed, num_proc, args.ssh_port, args.ssh_identity_file, named,
-                   args.controller, (args.workdir or Path.cwd()).absolute(), args.allreduce,
-                   args.cpu_only, args.slurm)
+    return Job(tuple(listed), num_proc, args.ssh_port, args.ssh_identity_file,
+               named_network(args.network, dict(os.environ)), args.controller, args.cpu_only,
+               "srun" if args.slurm else "horovodrun", args.slurm,
+               workdir=(args.workdir or Path.cwd()).absolute())
 
 
 def report(found: Findings, named: list[Culprit], json_out: bool) -> int:
@@ -576,15 +522,19 @@ def report(found: Findings, named: list[Culprit], json_out: bool) -> int:
     return 1 if named else 0
 
 
-def run(request: Request, json_out: bool = False, min_shm: float = 1.0,
-        min_free: float = 1.0) -> int:
-    found = run_checks(request)
-    return report(found, verdicts(found, request, min_shm, min_free), json_out)
+def run(job: Job, allreduce: bool = True, json_out: bool = False, min_shm: float = 1.0,
+        min_free: float = 1.0) -> None:
+    """The checks, their table and a line per culprit; a RunFailed (its
+    lines said, exit 1) where something is named."""
+    found = run_checks(job, allreduce)
+    if report(found, verdicts(found, job, min_shm, min_free), json_out):
+        raise RunFailed("the preflight named a problem", said=True)
 
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    return run(request_from_args(args), args.json, args.min_shm_gb, args.min_free_gb)
+    run(job_from_args(args), args.allreduce, args.json, args.min_shm_gb, args.min_free_gb)
+    return 0
 
 
 def cli() -> None:

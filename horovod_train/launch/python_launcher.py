@@ -6,8 +6,8 @@ less those three.
 
     python horovod_train/pytorch_mnist.py --num-proc 2 --communication gloo
 
-The hosts are checked as scripts/launch.sh checks them (hosts.py) before
-anything starts. Each rank returns the exit code its error line goes with
+The hosts are checked as scripts/launch.sh checks them (launch/pipeline.py)
+before anything starts. Each rank returns the exit code its error line goes with
 (errors.py); the command exits with the worst of them."""
 
 import os
@@ -18,6 +18,8 @@ from horovod_train.core import config as run_config
 from horovod_train.core.console import say
 from horovod_train.core.errors import RunFailed
 from horovod_train.launch import hosts as host_checks
+from horovod_train.launch import pipeline
+from horovod_train.launch.job import Job
 
 REPO = Path(__file__).resolve().parents[2]  # the checkout
 
@@ -46,8 +48,7 @@ def start_ranks(prog: str, run_rank: Callable[[list[str]], int], argv: list[str]
     hosts = host_checks.parse_host_list(launch.hosts, "--hosts") if launch.hosts else None
     if hosts:
         host_checks.check_process_count(launch.num_proc, hosts, f"--hosts {launch.hosts}")
-        remote = [h.name for h in hosts if not host_checks.is_local(h.name)]
-        host_checks.check_reachable(remote, port=None, identity=None)
+        pipeline.check_hosts(Job(tuple(hosts), launch.num_proc))
     import horovod
 
     # Each rank imports the trainer from this checkout, as a rank of

@@ -35,7 +35,7 @@ except ImportError:  # said in one line by main()
     submitit = None
 
 from horovod_train.core.errors import ArgumentParser, RunFailed, UserError, run_main
-from horovod_train.launch import slurm
+from horovod_train.launch import slurm, slurm_plan
 
 REPO = Path(__file__).resolve().parents[2]  # the checkout
 
@@ -50,7 +50,7 @@ class HorovodJob:
     """What the Slurm job runs (Submitit pickles it): launch/slurm.py's job,
     in the batch step on the first node, as horovod.sbatch does."""
 
-    def __init__(self, settings: slurm.Settings):
+    def __init__(self, settings: slurm_plan.Settings):
         self.settings = settings
 
     def __call__(self, trainer_args: list[str]) -> dict:
@@ -154,7 +154,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                      help="Submitit's files and the job's log, on a filesystem every "
                           "node sees (default %(default)s)")
     run = parser.add_argument_group("what it runs (as horovod.sbatch's variables)")
-    run.add_argument("--launcher", choices=slurm.LAUNCHERS, default="srun",
+    run.add_argument("--launcher", choices=slurm_plan.LAUNCHERS, default="srun",
                      help="srun: every rank a Slurm task (PMIx, no ssh); horovodrun: over "
                           "ssh from the first node, for elastic runs (default %(default)s)")
     run.add_argument("--network-interface", default=None, metavar="NETWORK",
@@ -163,7 +163,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                           "only); checked by connecting from every node (default: chosen "
                           "by probing the nodes)")
     run.add_argument("--num-proc", default=None, help="ranks (default: every task of the job)")
-    run.add_argument("--runtime", choices=slurm.RUNTIMES, default="venv")
+    run.add_argument("--runtime", choices=slurm_plan.RUNTIMES, default="venv")
     run.add_argument("--image", default=None, help="apptainer or pyxis image")
     run.add_argument("--mounts", default=None, help="apptainer, pyxis: SRC:DST[:ro],...")
     run.add_argument("--keys", default=None,
@@ -171,7 +171,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                           "directory")
     run.add_argument("--ssh-port", default=None,
                      help="--launcher horovodrun: the nodes' SSH port")
-    run.add_argument("--trainer", default=slurm.DEFAULT_TRAINER)
+    run.add_argument("--trainer", default=slurm_plan.DEFAULT_TRAINER)
     run.add_argument("--resume", action="store_true",
                      help="start from the trainer's last checkpoint")
     run.add_argument("--checkout", default=str(REPO), help="the checkout the nodes run")
@@ -191,7 +191,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 def main() -> int:
     args, trainer_args = parse_args(sys.argv[1:])
     # Checked here, before anything is submitted.
-    settings = slurm.make_settings(launcher=args.launcher, runtime=args.runtime,
+    settings = slurm_plan.make_settings(launcher=args.launcher, runtime=args.runtime,
                                    image=args.image, keys=args.keys, mounts=args.mounts,
                                    ssh_port=args.ssh_port, trainer=args.trainer,
                                    resume=args.resume, checkout=args.checkout,

@@ -95,8 +95,8 @@ def test_the_gpu_image_says_so_itself_when_the_driver_or_the_gpus_are_missing(va
                      "DRIVER_RELEASE=535.104.05", "/usr/local/bin/entrypoint.sh", "echo", "started")
     assert refused.returncode == 2 and "started" not in refused.stdout, refused.stdout
     assert refused.stderr.startswith("entrypoint: error: the NVIDIA driver 535.104.05 supports "
-                                     "CUDA up to 12.2, and this image is built for CUDA 13.0, "
-                                     "which needs driver 580.65.06 or newer"), refused.stderr
+                                     "CUDA up to 12.2, and this image is built for CUDA 13.0 "
+                                     "(driver 580.65.06 or newer)"), refused.stderr
     assert "NVIDIA_REQUIRE_CUDA" not in run_on("a", "env").stdout
     no_gpu = run_on("a", "python", "horovod_train/pytorch_mnist.py", "--data-dir", "/data",
                     "--no-download", "--epochs", "1", timeout=120)
@@ -288,8 +288,8 @@ def test_the_image_with_the_code_runs_the_two_host_command_with_nothing_mounted(
     assert installed.stdout.startswith("/opt/venv/lib/python3.11/site-packages/horovod_train/")
     # The installed launcher carries Open MPI's settings (package data).
     settings = run_on("a", "sh", "-c", "cd / && env -u PYTHONPATH python -c 'from "
-                      "horovod_train.launch import horovodrun; "
-                      "print(horovodrun.mpi_settings_environment())'")
+                      "horovod_train.launch import openmpi; "
+                      "print(openmpi.project_environment())'")
     assert "OMPI_MCA_oob_tcp_keepalive_time" in settings.stdout, settings.stderr
     with interface_renamed("b", "eth0", "ens5"):
         # The preflight in the image, over the containers' sshd: the same

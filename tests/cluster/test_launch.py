@@ -184,9 +184,10 @@ LAUNCH_CASES = [
      ["-np", "2", "-H", "127.0.0.2:1,127.0.0.3:1", "-p", "{silent_port}"],
      "its SSH port? (and 1 more host with problems)", 9.5),
     # Our ssh knows neither the test sshd's host key nor a key it accepts:
-    # ssh's own reason ends the line (Host key verification failed.).
-    ("sshd that refuses our login", ["-np", "1", "-H", "127.0.0.2:1", "-p", "{sshd_port}"],
-     "ssh to host 127.0.0.2 failed (BatchMode, as horovodrun logs in): ", 20),
+    # the host key fails first, and the line names it with its fix.
+    ("sshd whose host key is unknown", ["-np", "1", "-H", "127.0.0.2:1", "-p", "{sshd_port}"],
+     "host 127.0.0.2: ssh fails (Host key verification failed): its host key is not known "
+     "here: add it to ~/.ssh/known_hosts (ssh-keyscan -p {sshd_port} 127.0.0.2, checked)", 20),
 ]
 
 
@@ -424,3 +425,49 @@ def test_bad_trainer_input_ends_every_rank_with_one_line(case, options, message,
     assert [path for path in log_dir.rglob("*") if not path.is_dir()] == []
     if case != "checkpoint of another model":
         assert not log_dir.exists()
+
+
+# --- the same fault, the same words, from every entry point ----------------------
+
+LAUNCH_CLUSTER = REPO / "scripts" / "launch_cluster.sh"
+
+# (fault, message after `PROG: error: `, the entry points and their argv)
+ENTRY_FAULTS = [
+    ("unknown host", "host no-such-host.invalid does not resolve", {
+        "launch": [str(LAUNCH), "-np", "1", "-H", "no-such-host.invalid:1", "true"],
+        "launch_cluster": [str(LAUNCH_CLUSTER), "--hosts", "no-such-host.invalid:1",
+                           "--keys", "/k", "--", "true"],
+        "pytorch_mnist.py": [str(BIN / "python"), TRAINER, "--num-proc", "1", "--hosts",
+                             "no-such-host.invalid:1"]}),
+    ("unknown host key", "host 127.0.0.2: ssh fails (Host key verification failed): its host "
+                         "key is not known here: add it to ~/.ssh/known_hosts", {
+        "launch": [str(LAUNCH), "-np", "1", "-H", "127.0.0.2:1", "-p", "{sshd_port}", "true"],
+        "preflight": [str(REPO / "scripts" / "preflight.sh"), "-H", "127.0.0.2:1", "-p",
+                      "{sshd_port}", "--no-allreduce"]}),
+    ("bad trainer option", "argument --epochs: 'x' is not an integer", {
+        "launch": [str(LAUNCH), "-np", "1", "-H", "localhost:1", str(BIN / "python"), TRAINER,
+                   "--epochs", "x"],
+        "pytorch_mnist.py": [str(BIN / "python"), TRAINER, "--num-proc", "1", "--epochs", "x"]}),
+]
+
+
+@pytest.mark.parametrize("fault, message, entries", ENTRY_FAULTS,
+                         ids=[fault for fault, _, _ in ENTRY_FAULTS])
+def test_the_same_fault_gives_the_same_line_and_exit_from_every_entry_point(
+        fault, message, entries, request):
+    """launch/pipeline.py's convention: bad input is one line `PROG: error:
+    ...` and exit 2 wherever it is met (the preflight, whose job is to name
+    culprits, names it among them, exit 1), before anything starts."""
+    port = request.getfixturevalue("sshd_port") if "{sshd_port}" in str(entries) else None
+    for prog, argv in entries.items():
+        argv = [word.format(sshd_port=port) for word in argv]
+        result = subprocess.run(argv, cwd=REPO, env=ENV, capture_output=True, text=True,
+                                timeout=60)
+        said = [line for line in result.stderr.splitlines() if f"{prog}: " in line]
+        if prog == "preflight":
+            assert result.returncode == 1, result.stderr
+            assert f"preflight: {message}" in said[0], result.stderr
+            continue
+        assert result.returncode == 2, (prog, result.stdout + result.stderr)
+        assert len(said) == 1 and said[0].startswith(f"{prog}: error: "), result.stderr
+        assert said[0].endswith(message) or message in said[0], (prog, said)

@@ -12,10 +12,12 @@ test_network.py's)."""
 import json
 import os
 import subprocess
+import time
 
 import pytest
 from conftest import BIN, EMULATE, REPO, interface_renamed, run_on
 
+from horovod_train.core import interfaces
 from horovod_train.launch import network
 
 LAUNCH = REPO / "scripts" / "launch.sh"
@@ -46,8 +48,8 @@ def rank_lines(output: str) -> list[str]:
 def test_decoy_hosts_have_the_shapes_that_mislead_jobs(decoy_cluster):
     tables = {}
     for name in ("a", "b"):
-        result = run_on(name, "python3", str(network.SOURCE), "list")
-        tables[name] = network.interfaces_from_json(json.loads(result.stdout))
+        result = run_on(name, "python3", str(interfaces.SOURCE), "list")
+        tables[name] = interfaces.interfaces_from_json(json.loads(result.stdout))
     why = network.table_verdicts(tables)
     assert why["172.17.0.0/16 on docker0"].startswith("the same address 172.17.0.1 on a and b")
     # eth1 and mgmt0 pass every rule that the hosts' tables can show: only
@@ -98,7 +100,7 @@ def test_a_named_interface_that_cannot_carry_the_job_is_one_line(decoy_cluster, 
     result = launch_from_a("-np", "4", "-H", "a:2,b:2", *flag,
                            str(BIN / "python"), "-c", "print('started')",
                            HVT_PROBE_CONNECT_TIMEOUT_S="1", **variables)
-    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.returncode == 1, result.stdout + result.stderr
     assert result.stderr.strip().splitlines() == [
         f"launch: error: network interface {named} cannot carry the job: {why}"]
     assert "started" not in result.stdout
@@ -113,7 +115,7 @@ def test_a_named_interface_down_on_one_host_names_that_host(decoy_cluster):
                                HVT_NETWORK_INTERFACE="eth1")
     finally:
         subprocess.run(["ip", "-n", "hvt-b", "link", "set", "eth1", "up"], check=True)
-    assert result.returncode == 2
+    assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
         "launch: error: network interface eth1 cannot carry the job: down on b"]
 
@@ -181,3 +183,99 @@ def test_the_faster_of_two_networks_alone_carries_the_job(two_network_cluster):
     assert [line.split()[:3] for line in rank_lines(result.stdout)] == [
         ["a", "HOROVOD_GLOO_IFACE=eth0", "NCCL_SOCKET_IFNAME==eth0"],
         ["b", "HOROVOD_GLOO_IFACE=eth0", "NCCL_SOCKET_IFNAME==eth0"]]
+
+
+# --- the literal command takes the same network as every other path ------------
+
+@pytest.mark.cluster
+def test_the_literal_command_takes_the_faster_network_alone(two_network_cluster):
+    """horovodrun as the card types it: the project's Horovod asks the
+    platform's rule (docker/env/patches/*-network-from-the-platform.patch),
+    which times both networks: Open MPI gets eth0 alone, where horovodrun as
+    released striped over eth0 and the 20 Mbit/s eth2."""
+    result = launch_from_a("-np", "2", "-H", "a:1,b:1", "--mpi",
+                           str(BIN / "python"), "-c", SHOW_SETTINGS,
+                           launcher=str(BIN / "horovodrun"))
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    subnet = two_network_cluster["hosts"]["a"].rsplit(".", 1)[0] + ".0/24"
+    assert result.stdout.startswith(f"horovodrun: network {subnet} on eth0 (chosen); "), \
+        result.stdout[:500]
+    assert "on eth2: slower, " in result.stdout.splitlines()[0]
+    assert [line.split()[3:] for line in rank_lines(result.stdout)] == [
+        ["OMPI_MCA_btl_tcp_if_include=eth0", "OMPI_MCA_oob_tcp_if_include=eth0"]] * 2
+
+
+@pytest.mark.cluster
+def test_a_renamed_interface_does_not_stop_the_next_literal_command(cluster):
+    """No --disable-cache: horovodrun as released reused its hour-old probe
+    (eth0 on both) and failed at once; the platform's probe runs afresh."""
+    run = ("-np", "2", "-H", "a:1,b:1", "--gloo", str(BIN / "python"), "-c",
+           SHOW_STARTED_SETTINGS)
+    first = launch_from_a(*run, launcher=str(BIN / "horovodrun"))
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    with interface_renamed("b", "eth0", "ens5"):
+        second = launch_from_a(*run, launcher=str(BIN / "horovodrun"))
+    assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-2000:]
+    assert " on a eth0, b ens5 (chosen)" in second.stdout.splitlines()[0]
+    assert [line.split()[:2] for line in rank_lines(second.stdout)] == [
+        ["a", "HOROVOD_GLOO_IFACE=eth0"], ["b", "HOROVOD_GLOO_IFACE=ens5"]]
+
+
+@pytest.fixture
+def firewall_on_b(cluster):
+    """Host b lets ssh in (and what answers its own connections), nothing else."""
+    rules = [["INPUT", "-i", "lo", "-j", "ACCEPT"],
+             ["INPUT", "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"],
+             ["INPUT", "-p", "tcp", "--dport", str(cluster["port"]), "-j", "ACCEPT"],
+             ["INPUT", "-j", "DROP"]]
+    iptables = ["ip", "netns", "exec", "hvt-b", "iptables"]
+    for rule in rules:
+        subprocess.run([*iptables, "-A", *rule], check=True, timeout=30)
+    yield
+    for rule in reversed(rules):
+        subprocess.run([*iptables, "-D", *rule], check=True, timeout=30)
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("launcher", ["launch", "horovodrun"])
+def test_a_firewall_that_passes_ssh_alone_is_named_in_one_line(firewall_on_b, launcher):
+    """Before: the literal command timed out after 30 s with a traceback,
+    launch.sh said no network connects and to name one, which cannot help."""
+    started = time.monotonic()
+    result = launch_from_a("-np", "2", "-H", "a:1,b:1", str(BIN / "python"), "-c",
+                           "print('started')", HVT_PROBE_CONNECT_TIMEOUT_S="1",
+                           launcher=str(LAUNCH if launcher == "launch" else BIN / launcher))
+    elapsed = time.monotonic() - started
+    assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        f"{launcher}: error: no network connects every node: "), result.stderr
+    assert lines[0].endswith("(a firewall on b? the probe runs there, over ssh or srun, yet no "
+                             "other node reaches its ports on any network: let TCP and UDP from "
+                             "the job's hosts in there, not ssh alone)"), lines[0]
+    assert "started" not in result.stdout and elapsed < 30
+
+
+@pytest.mark.cluster
+def test_a_network_that_loses_full_size_packets_is_named_as_an_mtu_mismatch(
+        two_network_cluster):
+    """eth2 set to jumbo frames on both hosts, its bridge not: connections
+    and small packets pass, full-size ones vanish; ssh runs over eth0."""
+    for host in "ab":
+        subprocess.run(["ip", "-n", f"hvt-{host}", "link", "set", "eth2", "mtu", "9000"],
+                       check=True, timeout=30)
+    try:
+        result = launch_from_a("-np", "2", "-H", "a:1,b:1", str(BIN / "python"), "-c",
+                               "print('started')", HVT_NETWORK_INTERFACE="eth2")
+    finally:
+        for host in "ab":
+            subprocess.run(["ip", "-n", f"hvt-{host}", "link", "set", "eth2", "mtu", "1500"],
+                           check=True, timeout=30)
+    assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith(("launch: error: network interface eth2 cannot carry the job: a "
+                            "cannot reach b: ", "launch: error: network interface eth2 cannot "
+                            "carry the job: b cannot reach a: ")), line
+    assert line.endswith(": small packets pass and full-size ones are lost: an MTU mismatch on "
+                         "the path (e.g. jumbo frames on the hosts, not on the switch): set one "
+                         "MTU on the hosts and every switch between them"), line

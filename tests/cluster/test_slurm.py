@@ -21,7 +21,9 @@ from conftest import BIN, REPO, interface_renamed
 
 from horovod_train.core.errors import RunFailed, UserError
 from horovod_train.core.interfaces import Interface
-from horovod_train.launch import network, slurm
+from horovod_train.core.slurm_tasks import expand_tasks_per_node
+from horovod_train.launch import network, openmpi, slurm, slurm_plan
+from horovod_train.launch.allocation import Allocation, allocation_from_env, node_hostnames
 from horovod_train.launch.hosts import Host
 
 SBATCH_SCRIPT = REPO / "scripts" / "slurm" / "horovod.sbatch"
@@ -31,10 +33,10 @@ SLURM_STATE = Path(os.environ.get("HVT_SLURM_STATE_DIR", "/run/horovod-train-slu
 JOB_TIMEOUT_S = 300
 
 
-def allocation(nodelist="a,b", tasks="2(x2)", restarts="0") -> slurm.Allocation:
-    return slurm.allocation_from_env({"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": nodelist,
-                                      "SLURM_TASKS_PER_NODE": tasks,
-                                      "SLURM_RESTART_COUNT": restarts})
+def allocation(nodelist="a,b", tasks="2(x2)", restarts="0") -> Allocation:
+    return allocation_from_env({"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": nodelist,
+                                "SLURM_TASKS_PER_NODE": tasks,
+                                "SLURM_RESTART_COUNT": restarts})
 
 
 # --- the allocation as horovodrun's hosts ----------------------------------------
@@ -46,13 +48,13 @@ def allocation(nodelist="a,b", tasks="2(x2)", restarts="0") -> slurm.Allocation:
     ("1,2(x2)", [1, 2, 2]),
 ])
 def test_tasks_per_node_expands_slurms_compressed_form(text, counts):
-    assert slurm.expand_tasks_per_node(text) == counts
+    assert expand_tasks_per_node(text) == counts
 
 
 @pytest.mark.parametrize("text", ["", "2(x)", "x2", "0", "2(x0)", "2(2)"])
 def test_unreadable_tasks_per_node_is_one_error(text):
     with pytest.raises(UserError, match="SLURM_TASKS_PER_NODE"):
-        slurm.expand_tasks_per_node(text)
+        expand_tasks_per_node(text)
 
 
 def test_two_nodes_of_two_tasks_become_a2_b2():
@@ -66,14 +68,14 @@ def test_uneven_tasks_keep_slurms_node_order():
 
 
 def test_ntasks_per_node_is_used_when_tasks_per_node_is_missing():
-    job = slurm.allocation_from_env({"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "a,b",
-                                     "SLURM_NTASKS_PER_NODE": "3"})
+    job = allocation_from_env({"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "a,b",
+                               "SLURM_NTASKS_PER_NODE": "3"})
     assert job.host_list == "a:3,b:3"
 
 
 def test_outside_a_job_the_error_says_to_submit():
     with pytest.raises(UserError, match="not inside a Slurm job.*sbatch"):
-        slurm.allocation_from_env({})
+        allocation_from_env({})
 
 
 def test_nodes_and_counts_that_disagree_are_refused():
@@ -98,10 +100,10 @@ def scontrol_conf(tmp_path_factory) -> dict:
 
 def test_compressed_nodelists_are_expanded_by_scontrol(scontrol_conf, monkeypatch):
     monkeypatch.setenv("SLURM_CONF", scontrol_conf["SLURM_CONF"])
-    assert slurm.node_hostnames("node[01-03],gpu7") == ["node01", "node02", "node03", "gpu7"]
+    assert node_hostnames("node[01-03],gpu7") == ["node01", "node02", "node03", "gpu7"]
     assert allocation("node[1-2]", "2(x2)").host_list == "node1:2,node2:2"
     with pytest.raises(UserError, match=r"node\[a-b\]: Invalid hostlist"):
-        slurm.node_hostnames("node[a-b]")
+        node_hostnames("node[a-b]")
 
 
 # --- the commands ------------------------------------------------------------------
@@ -125,8 +127,8 @@ PROBE = probe_step()
 
 
 def test_srun_plan_checks_the_options_probes_the_network_then_starts_a_rank_per_task():
-    settings = slurm.make_settings(checkout=REPO)
-    plan = slurm.make_plan(allocation(), settings, ["--epochs", "3"])
+    settings = slurm_plan.make_settings(checkout=REPO)
+    plan = slurm_plan.make_plan(allocation(), settings, ["--epochs", "3"])
     trainer = ["horovod_train/pytorch_mnist.py", "--epochs", "3"]
     assert plan.check == ["srun", "--nodes=1", "--ntasks=1", "--mpi=none", PYTHON, *trainer,
                           "--check-options"]
@@ -137,10 +139,10 @@ def test_srun_plan_checks_the_options_probes_the_network_then_starts_a_rank_per_
 
 
 def test_srun_passes_the_jobs_cpus_per_task_and_fewer_ranks_when_asked():
-    job = slurm.allocation_from_env({"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "a,b",
-                                     "SLURM_TASKS_PER_NODE": "2(x2)",
-                                     "SLURM_CPUS_PER_TASK": "8"})
-    plan = slurm.make_plan(job, slurm.make_settings(checkout=REPO, num_proc="3"), [])
+    job = allocation_from_env({"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "a,b",
+                               "SLURM_TASKS_PER_NODE": "2(x2)",
+                               "SLURM_CPUS_PER_TASK": "8"})
+    plan = slurm_plan.make_plan(job, slurm_plan.make_settings(checkout=REPO, num_proc="3"), [])
     assert plan.main[:5] == ["srun", "--mpi=pmix", "--kill-on-bad-exit=1", "--ntasks=3",
                              "--cpus-per-task=8"]
 
@@ -148,33 +150,36 @@ def test_srun_passes_the_jobs_cpus_per_task_and_fewer_ranks_when_asked():
 def test_horovodrun_plan_runs_it_from_the_checkout_with_the_probes_choice():
     """The job probes for horovodrun too, and hands it the choice (names
     where every node has them, else networks in CIDR form)."""
-    settings = slurm.make_settings(launcher="horovodrun", checkout=REPO)
-    plan = slurm.make_plan(allocation(), settings, ["--epochs", "3"])
+    settings = slurm_plan.make_settings(launcher="horovodrun", checkout=REPO)
+    plan = slurm_plan.make_plan(allocation(), settings, ["--epochs", "3"])
     venv = f"{REPO}/.venv/bin"
     # No -p: the nodes' ssh configuration decides, as for launch.sh.
     assert plan.main == [f"{venv}/horovodrun", "-np", "4", "-H", "a:2,b:2", "--gloo",
                          f"{venv}/python", "horovod_train/pytorch_mnist.py", "--epochs", "3"]
     assert plan.cwd == str(REPO) and plan.sshd is None and plan.probe == PROBE
-    assert slurm.with_nics(plan.main, "10.0.0.0/24")[:3] == [
+    choice = network.Choice([network.Network("10.0.0.0/24", {
+        "a": Interface("eth0", True, False, "10.0.0.11/24"),
+        "b": Interface("ens5", True, False, "10.0.0.12/24")}, True)], False, {})
+    assert slurm.with_network(plan.main, choice)[:3] == [
         f"{venv}/horovodrun", "--network-interfaces", "10.0.0.0/24"]
 
 
 def test_resume_is_added_when_asked_and_after_a_requeue():
-    asked = slurm.make_settings(resume=True, checkout=REPO)
-    assert slurm.make_plan(allocation(), asked, ["--epochs", "3"]).main[-1] == "--resume"
-    plain = slurm.make_settings(checkout=REPO)
-    requeued = slurm.make_plan(allocation(restarts="1"), plain, ["--epochs", "3"])
+    asked = slurm_plan.make_settings(resume=True, checkout=REPO)
+    assert slurm_plan.make_plan(allocation(), asked, ["--epochs", "3"]).main[-1] == "--resume"
+    plain = slurm_plan.make_settings(checkout=REPO)
+    requeued = slurm_plan.make_plan(allocation(restarts="1"), plain, ["--epochs", "3"])
     assert requeued.main[-1] == "--resume" and requeued.check[-2:] == ["--resume",
                                                                        "--check-options"]
-    twice = slurm.make_plan(allocation(restarts="2"), asked, ["--resume"]).main
+    twice = slurm_plan.make_plan(allocation(restarts="2"), asked, ["--resume"]).main
     assert twice.count("--resume") == 1
-    assert "--resume" not in slurm.make_plan(allocation(), plain, []).main
+    assert "--resume" not in slurm_plan.make_plan(allocation(), plain, []).main
 
 
 def test_srun_in_apptainer_runs_each_rank_in_the_image_without_sshd():
-    settings = slurm.make_settings(runtime="apptainer", image="/images/horovod-train.sif",
+    settings = slurm_plan.make_settings(runtime="apptainer", image="/images/horovod-train.sif",
                                    mounts="/scratch/mnist:/data:ro", checkout="/srv/checkout")
-    plan = slurm.make_plan(allocation(), settings, ["--data-dir", "/data"])
+    plan = slurm_plan.make_plan(allocation(), settings, ["--data-dir", "/data"])
     container = ["apptainer", "exec", "--nv", "--pwd", "/workspace",
                  "--bind", "/srv/checkout:/workspace", "--bind", "/scratch/mnist:/data:ro",
                  "/images/horovod-train.sif", "/opt/venv/bin/python",
@@ -188,9 +193,9 @@ def test_srun_in_apptainer_runs_each_rank_in_the_image_without_sshd():
 
 
 def test_srun_in_pyxis_gives_srun_the_container_options():
-    settings = slurm.make_settings(runtime="pyxis", image="nvcr.io#org/horovod-train:cpu",
+    settings = slurm_plan.make_settings(runtime="pyxis", image="nvcr.io#org/horovod-train:cpu",
                                    mounts="/scratch/runs:/runs", checkout="/srv/checkout")
-    plan = slurm.make_plan(allocation(), settings, ["--log-dir", "/runs/x"])
+    plan = slurm_plan.make_plan(allocation(), settings, ["--log-dir", "/runs/x"])
     assert plan.main == ["srun", "--mpi=pmix", "--kill-on-bad-exit=1", "--ntasks=4",
                          "--container-image=nvcr.io#org/horovod-train:cpu",
                          "--container-mounts=/srv/checkout:/workspace,/scratch/runs:/runs",
@@ -199,10 +204,10 @@ def test_srun_in_pyxis_gives_srun_the_container_options():
 
 
 def test_horovodrun_in_apptainer_starts_the_images_sshd_then_horovodrun_inside_it(keys):
-    settings = slurm.make_settings(launcher="horovodrun", runtime="apptainer",
+    settings = slurm_plan.make_settings(launcher="horovodrun", runtime="apptainer",
                                    image="/images/horovod-train.sif", keys=str(keys),
                                    mounts="/scratch/mnist:/data:ro", checkout="/srv/checkout")
-    plan = slurm.make_plan(allocation("a,b,c", "2(x3)"), settings, ["--data-dir", "/data"])
+    plan = slurm_plan.make_plan(allocation("a,b,c", "2(x3)"), settings, ["--data-dir", "/data"])
     container = ["apptainer", "exec", "--nv", "--fakeroot", "--writable-tmpfs",
                  "--pwd", "/workspace",
                  "--bind", f"{keys}:/etc/horovod/keys:ro", "--bind", "/srv/checkout:/workspace",
@@ -218,11 +223,11 @@ def test_horovodrun_in_apptainer_starts_the_images_sshd_then_horovodrun_inside_i
 
 
 def test_horovodrun_in_pyxis_uses_srun_container_options(keys):
-    settings = slurm.make_settings(launcher="horovodrun", runtime="pyxis",
+    settings = slurm_plan.make_settings(launcher="horovodrun", runtime="pyxis",
                                    image="nvcr.io#org/horovod-train:cpu", keys=str(keys),
                                    mounts="/scratch/runs:/runs", ssh_port=2222,
                                    checkout="/srv/checkout")
-    plan = slurm.make_plan(allocation(), settings, ["--log-dir", "/runs/x"])
+    plan = slurm_plan.make_plan(allocation(), settings, ["--log-dir", "/runs/x"])
     container = ["--container-image=nvcr.io#org/horovod-train:cpu",
                  f"--container-mounts={keys}:/etc/horovod/keys:ro,/srv/checkout:/workspace,"
                  "/scratch/runs:/runs",
@@ -238,9 +243,9 @@ def test_horovodrun_in_pyxis_uses_srun_container_options(keys):
 
 
 def test_one_node_in_a_container_needs_no_sshd_step(keys):
-    settings = slurm.make_settings(launcher="horovodrun", runtime="apptainer", image="x.sif",
+    settings = slurm_plan.make_settings(launcher="horovodrun", runtime="apptainer", image="x.sif",
                                    keys=str(keys))
-    plan = slurm.make_plan(allocation("a", "4"), settings, [])
+    plan = slurm_plan.make_plan(allocation("a", "4"), settings, [])
     assert plan.sshd is None and "horovodrun -np 4 -H a:4 -p 12345" in shlex.join(plan.main)
 
 
@@ -265,19 +270,19 @@ def test_one_node_in_a_container_needs_no_sshd_step(keys):
 ])
 def test_bad_settings_are_one_error_naming_the_variable(settings, message):
     with pytest.raises(UserError) as error:
-        slurm.make_settings(**{"checkout": REPO, **settings})
+        slurm_plan.make_settings(**{"checkout": REPO, **settings})
     assert message in str(error.value)
 
 
 def test_more_ranks_than_the_jobs_tasks_are_refused():
     with pytest.raises(UserError, match=r"^HVT_NUM_PROC=5 is more than the 4 tasks of job 7 "
                                         r"\(a:2,b:2\): lower it, or submit with more tasks$"):
-        slurm.make_plan(allocation(), slurm.make_settings(checkout=REPO, num_proc=5), [])
+        slurm_plan.make_plan(allocation(), slurm_plan.make_settings(checkout=REPO, num_proc=5), [])
 
 
 def test_bad_mount_is_refused():
     with pytest.raises(UserError, match="HVT_MOUNTS: 'data' is not SRC:DST"):
-        slurm.make_settings(runtime="pyxis", image="i", mounts="data")
+        slurm_plan.make_settings(runtime="pyxis", image="i", mounts="data")
 
 
 def test_open_mpi_and_the_ranks_get_the_networks_but_a_layer_the_user_set_keeps_its_own():
@@ -291,7 +296,8 @@ def test_open_mpi_and_the_ranks_get_the_networks_but_a_layer_the_user_set_keeps_
     no_site = {"OMPI_MCA_mca_param_files": "/nonexistent"}
 
     def networks(env: dict) -> dict:
-        return {name: value for name, value in slurm.srun_rank_environment(choice, env).items()
+        chosen = openmpi.srun_rank_environment(env, choice.cidrs)
+        return {name: value for name, value in chosen.items()
                 if "NETWORKS" in name or "_if_" in name}
 
     assert networks(no_site) == {
@@ -350,10 +356,10 @@ def test_batch_script_dry_run_prints_the_container_commands(keys, launcher):
            "HVT_RESUME": "1", **ssh}
     result = batch_script(env, "--data-dir", "/data")
     assert result.returncode == 0, result.stderr
-    settings = slurm.make_settings(launcher=launcher, runtime="apptainer",
+    settings = slurm_plan.make_settings(launcher=launcher, runtime="apptainer",
                                    image="/images/horovod-train.sif", resume=True,
                                    keys=ssh.get("HVT_KEYS"))
-    plan = slurm.make_plan(allocation(), settings, ["--data-dir", "/data"])
+    plan = slurm_plan.make_plan(allocation(), settings, ["--data-dir", "/data"])
     lines = result.stdout.splitlines()
     how = ("each a Slurm task (srun --mpi=pmix)" if launcher == "srun"
            else "started by horovodrun over ssh")
@@ -695,7 +701,7 @@ def test_a_job_with_bad_input_ends_in_one_line_before_any_rank_starts(
         "pmix": ({}, "srun offers no PMIx plugin (srun --mpi=list: none, cray_shasta, pmi2): the "
                  "ranks' Open MPI starts through PMIx; ask the site for Slurm's mpi/pmix, or "
                  "set HVT_LAUNCHER=horovodrun"),
-        "option": ({}, "pytorch_mnist.py: error: argument --epochs: 'x' is not an integer"),
+        "option": ({}, "pytorch_mnist.py: argument --epochs: 'x' is not an integer"),
         "elastic": ({}, "--elastic needs HVT_LAUNCHER=horovodrun: Horovod's elastic driver "
                         "starts and replaces the ranks itself"),
         "interface": ({"HVT_NETWORK_INTERFACE": "docker0"},
@@ -710,7 +716,10 @@ def test_a_job_with_bad_input_ends_in_one_line_before_any_rank_starts(
     job_id = local_slurm.sbatch(tmp_path, [*args, *extra], **variables)
     final = local_slurm.wait(job_id, ENDED, timeout_s=120)
     log = (tmp_path / f"horovod-{job_id}.out").read_text()
-    assert final["JobState"] == "FAILED" and final["ExitCode"] == "2:0", log
+    # Bad input exits 2; a network the probe finds cannot carry the job, 1
+    # (launch/pipeline.py's convention, the same from scripts/launch.sh).
+    code = "1:0" if case in ("interface", "layer") else "2:0"
+    assert final["JobState"] == "FAILED" and final["ExitCode"] == code, log
     assert log.strip().splitlines() == ["slurm: error: " + expected.format(job=job_id)]
     assert not (tmp_path / "run").exists()
 

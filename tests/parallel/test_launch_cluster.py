@@ -50,8 +50,11 @@ def test_starts_one_container_per_host_then_trains_from_the_first():
         assert "HVT_CLUSTER_HOSTS=n1 n2" in command and "HVT_SSH_PORT=12345" in command
     host, command = train
     assert host == "n1"
-    assert command[command.index("horovodrun"):command.index("python")] == [
-        "horovodrun", "-np", "8", "-H", "n1:4,n2:4", "-p", "12345"]
+    # scripts/launch.sh's launch in the first container, the trainer's
+    # command after it unchanged.
+    assert command == ["docker", "exec", "horovod-train", "python", "-m", "horovod_train",
+                       "launch", "-np", "8", "-H", "n1:4,n2:4", "-p", "12345", "python",
+                       "horovod_train/pytorch_mnist.py", "--data-dir", "/data"]
     assert [host for host, _ in stops] == ["n1", "n2"]
 
 
@@ -193,11 +196,14 @@ def test_without_rdma_no_host_is_checked_for_it(tmp_path):
     assert "docker run" in calls[0] and "IPC_LOCK" not in calls[0]
 
 
-def test_preflight_runs_in_the_first_container_before_training():
-    result = dry_run("--hosts", "n1:4,n2:4", "--keys", "/srv/keys", "--preflight", "--dry-run",
-                     "--", "python", "horovod_train/pytorch_mnist.py")
+def test_preflight_runs_in_the_launch_in_the_first_container_on_its_network():
+    result = dry_run("--hosts", "n1:4,n2:4", "--keys", "/srv/keys", "--gpus", "none",
+                     "--preflight", "--dry-run", "--", "python",
+                     "horovod_train/pytorch_mnist.py", "--no-cuda")
     assert result.returncode == 0, result.stderr
     steps = remote_commands(result.stdout)
+    assert len(steps) == 5  # two starts, the launch, two stops
     assert steps[2] == ("n1", ["docker", "exec", "horovod-train", "python", "-m",
-                               "horovod_train.launch.preflight", "-H", "n1:4,n2:4", "-p", "12345"])
-    assert steps[3][1][:3] == ["docker", "exec", "horovod-train"] and "horovodrun" in steps[3][1]
+                               "horovod_train", "launch", "--preflight", "-np", "8", "-H",
+                               "n1:4,n2:4", "-p", "12345", "python",
+                               "horovod_train/pytorch_mnist.py", "--no-cuda"])

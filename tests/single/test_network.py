@@ -16,7 +16,8 @@ from conftest import REPO
 from horovod_train.core import runtime
 from horovod_train.core.errors import UserError
 from horovod_train.core.interfaces import Interface, local_interfaces, names_on, parse_networks
-from horovod_train.launch import horovodrun, network, slurm
+from horovod_train.launch import horovodrun, network, openmpi, pipeline, slurm_plan
+from horovod_train.launch.job import named_network
 
 
 def host(*interfaces: Interface) -> list[Interface]:
@@ -110,6 +111,31 @@ def test_the_connect_test_decides_and_every_other_candidate_says_why_not():
         "mgmt0": "a cannot reach b: 192.168.2.12: Network is unreachable",
         "ib0": "missing on b",
     }
+
+
+def only_from(reached: str, blocked: str):
+    """Connecting where `blocked` lets no one in on any network, as a
+    firewall that passes ssh alone does (its own connections out pass)."""
+    def connect(addresses):
+        return [(reached, label, blocked, f"no answer from {ips[blocked]} within 3 s")
+                for label, ips in addresses.items()]
+    return connect
+
+
+def test_a_node_no_one_reaches_on_any_network_is_named_as_a_firewall():
+    with pytest.raises(network.NoSharedInterface) as error:
+        network.decide(TWO_HOSTS, only_from("a", "b"))
+    message = str(error.value)
+    assert message.startswith("no network connects every node: ")
+    assert message.endswith("(a firewall on b? the probe runs there, over ssh or srun, yet no "
+                            "other node reaches its ports on any network: let TCP and UDP from "
+                            "the job's hosts in there, not ssh alone)")
+
+
+def test_networks_that_fail_between_both_nodes_are_not_called_a_firewall():
+    with pytest.raises(network.NoSharedInterface) as error:
+        network.decide(TWO_HOSTS, reachable_except("10.0.0.0/24", "mgmt0"))
+    assert "firewall" not in str(error.value)
 
 
 RENAMED = {"a": host(eth("eth0", "10.0.0.11/24")), "b": host(eth("ens5", "10.0.0.12/24"))}
@@ -273,14 +299,14 @@ def test_a_layers_own_variable_that_cannot_carry_the_job_is_one_line(variable, v
     ("10.213.0.0/24", ("10.213.0.0/24",)),
 ])
 def test_network_interface_takes_names_per_host_names_and_networks(text, items):
-    assert slurm.make_settings(checkout=REPO, interfaces=text).interfaces == items
+    assert slurm_plan.make_settings(checkout=REPO, interfaces=text).interfaces == items
 
 
 @pytest.mark.parametrize("text", ["a:eth0,b:ens5", "10.213.0.0/24"])
 def test_horovodrun_takes_what_srun_takes(text):
     """The project's Horovod takes networks in CIDR form (the probe hands it
     those where names differ per host)."""
-    settings = slurm.make_settings(launcher="horovodrun", checkout=REPO, interfaces=text)
+    settings = slurm_plan.make_settings(launcher="horovodrun", checkout=REPO, interfaces=text)
     assert settings.interfaces == tuple(text.split(","))
 
 
@@ -294,7 +320,7 @@ def test_horovodrun_takes_what_srun_takes(text):
 @pytest.mark.parametrize("launcher", ["srun", "horovodrun"])
 def test_a_network_interface_the_job_cannot_read_is_one_error(launcher, text, message):
     with pytest.raises(UserError) as error:
-        slurm.make_settings(launcher=launcher, checkout=REPO, interfaces=text)
+        slurm_plan.make_settings(launcher=launcher, checkout=REPO, interfaces=text)
     assert message in str(error.value) and "\n" not in str(error.value)
 
 
@@ -344,8 +370,16 @@ COMMAND = ["python", "train.py"]
     (["python", "train.py", "--network-interface", "x"], {}, None),
 ])
 def test_the_flag_and_the_variable_name_a_network_the_same_way(argv, env, named):
-    command = argv[argv.index("python"):]
-    assert horovodrun.named_network(argv, command, env) == named
+    assert launch_sh_network(argv, env) == tuple(named or ())
+
+
+def launch_sh_network(argv: list[str], env: dict) -> tuple[str, ...]:
+    """The network launch.sh reads from its arguments and environment."""
+    argv = argv if "-np" in argv else ["-np", "1", *argv]
+    args = horovodrun.parse_horovodrun_args(argv)
+    args.argv = argv
+    flag = [value for _, _, value in pipeline.nic_options(horovodrun.options_of(args))]
+    return named_network(",".join(flag) if flag else None, env)
 
 
 @pytest.mark.parametrize("argv, env, message", [
@@ -356,15 +390,15 @@ def test_the_flag_and_the_variable_name_a_network_the_same_way(argv, env, named)
 ])
 def test_a_network_launch_sh_cannot_read_is_one_error(argv, env, message):
     with pytest.raises(UserError) as error:
-        horovodrun.named_network(argv, COMMAND, env)
+        launch_sh_network(argv, env)
     assert str(error.value).startswith(message) and "\n" not in str(error.value)
 
 
 def test_a_flag_and_a_variable_that_disagree_are_one_error():
     with pytest.raises(UserError, match="^--network-interface eth0 and HVT_NETWORK_INTERFACE="
                                         "ens5 disagree: give one$"):
-        horovodrun.named_network(["--network-interface", "eth0", *COMMAND], COMMAND,
-                                 {"HVT_NETWORK_INTERFACE": "ens5"})
+        launch_sh_network(["--network-interface", "eth0", *COMMAND],
+                          {"HVT_NETWORK_INTERFACE": "ens5"})
 
 
 @pytest.mark.parametrize("argv", [
@@ -373,8 +407,9 @@ def test_a_flag_and_a_variable_that_disagree_are_one_error():
     ["-np", "2", "-H", "a:1,b:1", *COMMAND],
 ])
 def test_horovodrun_gets_the_probes_choice_in_place_of_the_users_names(argv):
-    assert horovodrun.with_nics(argv, COMMAND, "10.0.0.0/24") == [
-        "--network-interfaces", "10.0.0.0/24", "-np", "2", "-H", "a:1,b:1", *COMMAND]
+    choice = network.decide(RENAMED, everything_answers)
+    assert pipeline.with_nics(argv[:-len(COMMAND)], choice) == [
+        "--network-interfaces", "10.0.0.0/24", "-np", "2", "-H", "a:1,b:1"]
 
 
 # --- what srun's ranks get --------------------------------------------------------
@@ -384,14 +419,15 @@ def test_srun_ranks_get_horovodruns_open_mpi_settings_where_nothing_set_them(tmp
     site.write_text("# the site's\nbtl = ^openib\nbtl_tcp_if_exclude = lo,docker0\n")
     choice = network.decide(RENAMED, everything_answers)
     env = {"OMPI_MCA_mca_param_files": str(site), "OMPI_MCA_pml": "ucx"}
-    ranks = slurm.srun_rank_environment(choice, env)
+    ranks = openmpi.srun_rank_environment(env, choice.cidrs)
     assert ranks["HVT_NETWORKS"] == "10.0.0.0/24"
     assert ranks["OMPI_MCA_oob_tcp_if_include"] == "10.0.0.0/24"
     assert ranks["OMPI_MCA_oob_tcp_keepalive_time"] == "10"  # the project's file
     # The site's btl, its exclude list (Open MPI refuses include beside it)
     # and the user's pml stand.
     assert not {"OMPI_MCA_btl", "OMPI_MCA_btl_tcp_if_include", "OMPI_MCA_pml"} & set(ranks)
-    bare = slurm.srun_rank_environment(choice, {"OMPI_MCA_mca_param_files": str(tmp_path / "x")})
+    bare = openmpi.srun_rank_environment({"OMPI_MCA_mca_param_files": str(tmp_path / "x")},
+                                        choice.cidrs)
     assert bare["OMPI_MCA_btl"] == "^openib,ofi" and bare["OMPI_MCA_pml"] == "ob1"
     assert bare["OMPI_MCA_btl_tcp_if_include"] == "10.0.0.0/24"
 

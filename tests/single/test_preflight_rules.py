@@ -102,12 +102,13 @@ def test_a_clock_is_named_only_when_surely_more_than_a_second_off():
     assert line.startswith("host b: its clock is 2.5 s behind this host's")
 
 
-def test_ssh_failures_get_their_fix():
-    line = str(preflight.ssh_culprit("c", "ssh to host c failed (BatchMode, as horovodrun logs "
-                                          "in): root@c: Permission denied (publickey).", 2222))
-    assert "ssh-copy-id -p 2222 c" in line
-    assert str(preflight.ssh_culprit("c", "host c does not resolve: Name or service not known",
-                                     None)) == "host c: does not resolve: Name or service not known"
+def test_a_host_checks_line_is_its_culprit():
+    line = str(preflight.ssh_culprit("c", "host c: ssh fails (Permission denied): this host's "
+                                          "key is not accepted there: add it (ssh-copy-id c)"))
+    assert line == ("host c: ssh fails (Permission denied): this host's key is not accepted "
+                    "there: add it (ssh-copy-id c)")
+    resolve = preflight.ssh_culprit("c", "host c does not resolve: Name or service not known")
+    assert str(resolve) == "host c: does not resolve: Name or service not known"
 
 
 @pytest.mark.parametrize("nodes", [2, 3, 4, 5, 8])

@@ -1,0 +1,166 @@
+"""The steps every way of starting ranks goes through, in one order:
+
+  1. the hosts: where the entry point reads them (-H or a hostfile for
+     scripts/launch.sh and scripts/launch_cluster.sh, the allocation for
+     the Slurm job), as a Job (job.py);
+  2. the input: -np against the slots (hosts.check_process_count), the
+     trainer's options (check_trainer), the network's setting (job.py);
+  3. the hosts reached as the ranks will be: name, SSH port, ssh login with
+     a known host key (check_hosts; nothing for ranks that srun starts);
+  4. the preflight, when asked (preflight.run);
+  5. the network: the fastest that joins every host, or the named one
+     checked (choose_network, launch/network.py's rule);
+  6. the ranks' command and environment (with_nics, rank_environment);
+  7. run and report: the entry point's own starter (horovodrun, srun, the
+     image's containers).
+
+One error convention for all of them (core/errors.py): bad input (options,
+hosts, a missing key, an unknown host key, a setting that does not parse)
+is one line `PROGRAM: error: ...` and exit 2; a run that fails (the network
+probe, a preflight culprit, the ranks) says its lines and exits 1. The same
+fault gives the same words from every entry point.
+
+Standard library only: the Slurm job imports it under a bare python3."""
+
+import json
+import os
+import shlex
+import subprocess
+from pathlib import Path
+
+from horovod_train.core.errors import RunFailed, UserError, exit_code
+from horovod_train.launch import hosts, network, openmpi
+from horovod_train.launch.job import Job, named_network, probe_commands
+
+TRAINER_CHECK_TIMEOUT_S = 600  # Pyxis may pull the image first
+
+
+TRAINERS = ("pytorch_mnist.py", "tensorflow2_mnist.py", "mxnet_mnist.py")
+
+
+def runs_trainer(command: list[str]) -> bool:
+    """Whether `command` runs one of the project's trainers by path (PYTHON
+    [-u] path/to/pytorch_mnist.py ...): another program's options are its
+    own business."""
+    script = next((word for word in command[1:] if not word.startswith("-")), "")
+    return Path(script).name in TRAINERS
+
+
+def check_trainer(check: list[str], cwd: str | Path | None = None) -> dict:
+    """The trainer's own verdict on its options (`check`: the trainer's
+    command with --check-options, as the job runs it), asked once before
+    any rank starts, where each rank would print it; the run's
+    configuration it read. A bad option is the trainer's line as a
+    UserError, its own `PROG: error:` dropped for the entry point's."""
+    try:
+        result = subprocess.run(check, cwd=cwd, capture_output=True, text=True,
+                                stdin=subprocess.DEVNULL, timeout=TRAINER_CHECK_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise RunFailed(f"the trainer's option check did not end in {TRAINER_CHECK_TIMEOUT_S} "
+                        f"s: {shlex.join(check)}") from None
+    except OSError as err:
+        raise UserError(f"cannot run the trainer ({check[0]}): {err.strerror or err}") from None
+    said = [line for line in result.stderr.splitlines()
+            if line.strip() and not line.startswith("srun:")]
+    if result.returncode != 0:
+        if not said:
+            raise UserError(f"the trainer's option check exited {result.returncode}: "
+                            f"{shlex.join(check)}")
+        prog, marker, message = said[-1].partition(": error: ")
+        raise UserError(f"{prog}: {message}" if marker else said[-1])
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def check_hosts(job: Job) -> None:
+    """Every host reachable as horovodrun reaches it (name, SSH port, ssh
+    login in BatchMode with a known host key), side by side; the first
+    problem is a UserError. Ranks that srun starts need no ssh."""
+    if not job.srun:
+        hosts.check_reachable(job.names, job.ssh_port, job.identity)
+
+
+def choose_network(job: Job, env: dict, layers: dict[str, str] | None = None
+                   ) -> network.Choice | None:
+    """The network the ranks use: the fastest that joins every host, or the
+    named one checked, by the probe on every host; the `layers`' own
+    interface variables checked as each layer reads them. None where every
+    host is this machine (loopback). What cannot carry the job ends it (a
+    RunFailed: the probe ran and said no)."""
+    if not job.remote:
+        return None
+    try:
+        timeouts = network.ProbeTimeouts.from_env(env)
+    except ValueError as err:
+        raise UserError(str(err)) from None
+    try:
+        return network.choose(probe_commands(job), job.names, list(job.network) or None, layers,
+                              timeouts)
+    except network.NoSharedInterface as err:
+        # Naming a network cannot get past a firewall.
+        raise RunFailed(str(err) if err.firewall else f"{err} (HVT_NETWORK_INTERFACE names one)") \
+            from None
+    except (ValueError, RuntimeError) as err:
+        raise RunFailed(str(err)) from None
+
+
+def network_lines(prog: str, choice: network.Choice) -> str:
+    """A run's first line: the network, and why each other was left out."""
+    return "; ".join([f"{prog}: network {choice.said}", *choice.left_out])
+
+
+def nic_options(options: list[str]) -> list[tuple[int, int, str]]:
+    """Where --network-interface(s) are among horovodrun's options: the
+    index of each, how many words it takes (1 for --option=VALUE, else 2),
+    and its value."""
+    found = []
+    for index, word in enumerate(options):
+        name, equals, value = word.partition("=")
+        if name in ("--network-interface", "--network-interfaces"):
+            found.append((index, 1, value) if equals else
+                         (index, 2, options[index + 1] if index + 1 < len(options) else ""))
+    return found
+
+
+def with_nics(options: list[str], choice: network.Choice | None) -> list[str]:
+    """horovodrun's options with the chosen network as its
+    --network-interfaces, in place of any the user gave (horovodrun then
+    skips its own probe); as they are where there is no choice."""
+    if choice is None:
+        return options
+    dropped = {index + word for index, words, _ in nic_options(options)
+               for word in range(words)}
+    kept = [word for index, word in enumerate(options) if index not in dropped]
+    return ["--network-interfaces", choice.horovodrun_nics, *kept]
+
+
+def rank_environment(starter: str, choice: network.Choice | None,
+                     env: dict) -> dict[str, str]:
+    """What the ranks' environment adds to `env`: the project's Open MPI
+    settings, where the user set none; for ranks that srun starts (no
+    mpirun), also what horovodrun's mpirun would give them and the chosen
+    network, where neither the user nor the site's files set them."""
+    if starter == "srun":
+        return openmpi.srun_rank_environment(env, choice.cidrs if choice else None)
+    return {name: value for name, value in openmpi.project_environment().items()
+            if name not in env}
+
+
+def horovodrun_network(host_names: list[str], ssh_port: int | None,
+                       identity: str | None) -> list[str] | None:
+    """The literal horovodrun's network (its probe's hook in the project's
+    Horovod: docker/env/patches/*-network-from-the-platform.patch): this
+    module's choice for its hosts, afresh at every launch, as its
+    --network-interfaces; its first line said as launch.sh says it; a
+    network that cannot carry the job one line and exit 1 (horovodrun has
+    no convention of its own). None where the hosts need no network."""
+    env = dict(os.environ)
+    job = Job(tuple(hosts.Host(name, 1) for name in host_names), len(host_names), ssh_port,
+              identity, named_network(None, env))
+    chosen: list[network.Choice | None] = []
+    code = exit_code(lambda: chosen.append(choose_network(job, env)), "horovodrun")
+    if code:
+        raise SystemExit(code)
+    if chosen[0] is None:
+        return None
+    print(network_lines("horovodrun", chosen[0]), flush=True)
+    return chosen[0].horovodrun_nics.split(",")

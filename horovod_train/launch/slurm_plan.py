@@ -1,0 +1,256 @@
+"""What a Slurm job runs, planned from its settings (the HVT_ variables,
+checked: make_settings) and its allocation: the trainer's option check, the
+network probe, and the ranks, started by srun (a Slurm task each) or by
+horovodrun from the first node, in the checkout's venv or in the image
+(Apptainer, Pyxis). launch/slurm.py runs the plan; its help lists the
+settings.
+
+Standard library only: sites that run the image may have no venv on the
+nodes, only a python3."""
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from horovod_train.core.errors import UserError
+from horovod_train.launch import allocation as allocation_module
+from horovod_train.launch import network
+from horovod_train.launch.allocation import Allocation
+from horovod_train.launch.hosts import IMAGE_SSH_PORT
+from horovod_train.launch.job import PROBE_ARGS
+
+LAUNCHERS = ("srun", "horovodrun")
+RUNTIMES = ("venv", "apptainer", "pyxis")
+DEFAULT_TRAINER = "horovod_train/pytorch_mnist.py"
+# The image's layout (docker/Dockerfile): its venv, trainers and entrypoint;
+# its sshd port is hosts.IMAGE_SSH_PORT.
+IMAGE_WORKDIR = "/workspace"
+IMAGE_PYTHON = "/opt/venv/bin/python"
+IMAGE_HOROVODRUN = "/opt/venv/bin/horovodrun"
+IMAGE_ENTRYPOINT = "/usr/local/bin/entrypoint.sh"
+IMAGE_KEYS = "/etc/horovod/keys"
+
+MOUNT_ITEM = re.compile(r"^([^:,]+):(/[^:,]*)(:ro)?$")
+# --- the settings ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Settings:
+    launcher: str  # srun: the ranks are Slurm tasks; horovodrun: over ssh from node 1
+    runtime: str
+    image: str | None
+    keys: str | None
+    mounts: tuple[str, ...]
+    ssh_port: int | None
+    trainer: str
+    resume: bool
+    checkout: Path
+    interfaces: tuple[str, ...] = ()  # HVT_NETWORK_INTERFACE's items, checked; none: chosen
+    num_proc: int | None = None  # None: every task of the job
+    preflight: bool = False  # HVT_PREFLIGHT: the nodes checked before the ranks start
+
+
+def parse_flag(name: str, text: str | None) -> bool:
+    value = (text or "").strip().lower()
+    if value in ("", "0", "no", "false"):
+        return False
+    if value in ("1", "yes", "true"):
+        return True
+    raise UserError(f"{name}={text}: want 1 or 0")
+
+
+def make_settings(launcher: str = "srun", runtime: str = "venv", image: str | None = None,
+                  keys: str | None = None, mounts: str | None = None,
+                  ssh_port: str | int | None = None, trainer: str | None = None,
+                  resume: bool = False, checkout: str | Path | None = None,
+                  interfaces: str | None = None, num_proc: str | int | None = None,
+                  preflight: bool = False) -> Settings:
+    """Checked settings; every problem is one UserError naming the variable."""
+    if launcher not in LAUNCHERS:
+        raise UserError(f"HVT_LAUNCHER={launcher}: unknown launcher; use one of "
+                        f"{', '.join(LAUNCHERS)}")
+    if runtime not in RUNTIMES:
+        raise UserError(f"HVT_RUNTIME={runtime}: unknown runtime; use one of "
+                        f"{', '.join(RUNTIMES)}")
+    container = runtime != "venv"
+    over_ssh = launcher == "horovodrun"
+    if container and not image:
+        raise UserError(f"HVT_RUNTIME={runtime} needs HVT_IMAGE, the image to run")
+    ssh_only = [name for name, value in (("HVT_KEYS", keys), ("HVT_SSH_PORT", ssh_port))
+                if value not in (None, "")]
+    if ssh_only and not over_ssh:
+        raise UserError(f"{' and '.join(ssh_only)} {'is' if len(ssh_only) == 1 else 'are'} for "
+                        "HVT_LAUNCHER=horovodrun: srun starts the ranks without ssh")
+    if over_ssh and container and not keys:
+        raise UserError(f"HVT_RUNTIME={runtime} needs HVT_KEYS, the cluster's key "
+                        "directory (scripts/cluster_keys.sh): the image's sshd takes its keys "
+                        f"from it at {IMAGE_KEYS}")
+    if keys and not Path(keys, "authorized_keys").is_file():
+        raise UserError(f"HVT_KEYS={keys} has no authorized_keys "
+                        "(make the directory with scripts/cluster_keys.sh)")
+    mount_list = tuple(m.strip() for m in (mounts or "").split(",") if m.strip())
+    for mount in mount_list:
+        if not MOUNT_ITEM.match(mount):
+            raise UserError(f"HVT_MOUNTS: {mount!r} is not SRC:DST or SRC:DST:ro "
+                            "(DST absolute)")
+    if mount_list and not container:
+        raise UserError("HVT_MOUNTS is for the container runtimes; the venv sees every path")
+    port = None
+    if ssh_port not in (None, ""):
+        if not str(ssh_port).isdigit() or not 1 <= int(ssh_port) <= 65535:
+            raise UserError(f"HVT_SSH_PORT={ssh_port}: want a port number")
+        port = int(ssh_port)
+    elif container and over_ssh:
+        port = IMAGE_SSH_PORT
+    try:
+        names = tuple(network.parse_named(interfaces))
+    except ValueError as err:
+        raise UserError(str(err)) from None
+    ranks = None
+    if num_proc not in (None, ""):
+        if not str(num_proc).isdigit() or int(num_proc) < 1:
+            raise UserError(f"HVT_NUM_PROC={num_proc}: want a number of ranks, at least 1")
+        ranks = int(num_proc)
+    checkout = Path(checkout or os.getcwd()).resolve()
+    horovodrun = checkout / ".venv" / "bin" / "horovodrun"
+    if not container and not horovodrun.exists():
+        raise UserError(f"no {horovodrun}: run scripts/setup.sh in the checkout, and submit "
+                        "from it (or set HVT_TRAIN_DIR)")
+    if preflight and container:
+        raise UserError(f"HVT_PREFLIGHT=1 checks nodes that run the checkout's .venv; with "
+                        f"HVT_RUNTIME={runtime}, run scripts/preflight.sh in the image instead")
+    return Settings(launcher, runtime, image or None,
+                    str(Path(keys).resolve()) if keys else None, mount_list, port,
+                    trainer or DEFAULT_TRAINER, resume, checkout, names, ranks, preflight)
+
+
+def settings_from_env(env: dict) -> Settings:
+    return make_settings(launcher=env.get("HVT_LAUNCHER") or "srun",
+                         runtime=env.get("HVT_RUNTIME") or "venv",
+                         image=env.get("HVT_IMAGE"), keys=env.get("HVT_KEYS"),
+                         mounts=env.get("HVT_MOUNTS"), ssh_port=env.get("HVT_SSH_PORT"),
+                         trainer=env.get("HVT_TRAINER"),
+                         resume=parse_flag("HVT_RESUME", env.get("HVT_RESUME")),
+                         checkout=env.get("HVT_TRAIN_DIR"),
+                         interfaces=env.get("HVT_NETWORK_INTERFACE"),
+                         num_proc=env.get("HVT_NUM_PROC"),
+                         preflight=parse_flag("HVT_PREFLIGHT", env.get("HVT_PREFLIGHT")))
+
+
+# --- the commands ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Plan:
+    """What the job runs, in order: `check`, the trainer's options, in one
+    task; `probe`, the network, in a task per node; then `main`, the ranks.
+    With horovodrun, a container runtime and more than one node, `sshd` on
+    the other nodes first, for as long as `main` runs."""
+    main: list[str]
+    check: list[str]
+    cwd: str | None
+    probe: list[str]
+    sshd: list[str] | None = None
+    ssh_hosts: tuple[str, ...] = ()
+    ssh_port: int | None = None
+
+
+def trainer_arguments(trainer_args: list[str], settings: Settings,
+                      allocation: Allocation) -> list[str]:
+    """The trainer's options, with --resume when asked for (HVT_RESUME=1) or when
+    Slurm restarted this job after a requeue."""
+    resume = settings.resume or allocation.restarts > 0
+    return [*trainer_args, *(["--resume"] if resume and "--resume" not in trainer_args else [])]
+
+
+def rank_count(allocation: Allocation, settings: Settings) -> int:
+    if settings.num_proc and settings.num_proc > allocation.num_proc:
+        raise UserError(f"HVT_NUM_PROC={settings.num_proc} is more than the "
+                        f"{allocation.num_proc} tasks of job {allocation.job_id} "
+                        f"({allocation.host_list}): lower it, or submit with more tasks")
+    return settings.num_proc or allocation.num_proc
+
+
+def horovodrun_options(allocation: Allocation, settings: Settings) -> list[str]:
+    port = ["-p", str(settings.ssh_port)] if settings.ssh_port else []
+    return ["-np", str(rank_count(allocation, settings)), "-H", allocation.host_list, *port,
+            "--gloo"]
+
+
+def apptainer_exec(settings: Settings, mounts: list[str], environment: dict | None = None,
+                   sshd: bool = False) -> list[str]:
+    # --nv: the node's NVIDIA driver and GPUs in the container. With sshd,
+    # --fakeroot --writable-tmpfs: the entrypoint writes root's ssh files and
+    # a host key, and sshd runs as root, inside the container only.
+    return ["apptainer", "exec", "--nv", *(["--fakeroot", "--writable-tmpfs"] if sshd else []),
+            "--pwd", IMAGE_WORKDIR, *[flag for mount in mounts for flag in ("--bind", mount)],
+            *[flag for name, value in (environment or {}).items()
+              for flag in ("--env", f"{name}={value}")],
+            settings.image]
+
+
+def pyxis_options(settings: Settings, mounts: list[str], environment: dict | None = None,
+                  sshd: bool = False) -> list[str]:
+    # srun's --container-* options; entrypoints are not run unless asked.
+    return [f"--container-image={settings.image}", f"--container-mounts={','.join(mounts)}",
+            f"--container-workdir={IMAGE_WORKDIR}",
+            *(["--container-remap-root", "--container-writable"] if sshd else []),
+            *(["--export=ALL," + ",".join(f"{k}={v}" for k, v in environment.items())]
+              if environment else [])]
+
+
+def srun_in_runtime(settings: Settings, srun_options: list[str], argv: list[str]) -> list[str]:
+    """srun SRUN_OPTIONS, its tasks running argv in the job's runtime: the
+    checkout's venv, or the image with the checkout at /workspace."""
+    mounts = [f"{settings.checkout}:{IMAGE_WORKDIR}", *settings.mounts]
+    if settings.runtime == "apptainer":
+        return ["srun", *srun_options, *apptainer_exec(settings, mounts), *argv]
+    if settings.runtime == "pyxis":
+        return ["srun", *srun_options, *pyxis_options(settings, mounts), *argv]
+    return ["srun", *srun_options, *argv]
+
+
+def make_plan(allocation: Allocation, settings: Settings, trainer_args: list[str]) -> Plan:
+    args = trainer_arguments(trainer_args, settings, allocation)
+    container = settings.runtime != "venv"
+    python = IMAGE_PYTHON if container else str(settings.checkout / ".venv" / "bin" / "python")
+    cwd = None if container else str(settings.checkout)
+    check = srun_in_runtime(settings, ["--nodes=1", "--ntasks=1", "--mpi=none"],
+                            [python, settings.trainer, *args, "--check-options"])
+    probe = allocation_module.on_each_node(allocation.nodes, settings.checkout,
+                                           PROBE_ARGS, stdin=True)
+    if settings.launcher == "srun":
+        ranks = ["--mpi=pmix", "--kill-on-bad-exit=1",
+                 f"--ntasks={rank_count(allocation, settings)}",
+                 *([f"--cpus-per-task={allocation.cpus_per_task}"]
+                   if allocation.cpus_per_task else [])]
+        return Plan(srun_in_runtime(settings, ranks, [python, settings.trainer, *args]),
+                    check, cwd, probe)
+
+    options = horovodrun_options(allocation, settings)
+    if not container:
+        venv = settings.checkout / ".venv" / "bin"
+        return Plan([str(venv / "horovodrun"), *options, python, settings.trainer, *args],
+                    check, cwd, probe)
+
+    first, others = allocation.nodes[0], allocation.nodes[1:]
+    environment = {"HVT_CLUSTER_HOSTS": " ".join(allocation.nodes),
+                   "HVT_SSH_PORT": str(settings.ssh_port)}
+    mounts = [f"{settings.keys}:{IMAGE_KEYS}:ro", f"{settings.checkout}:{IMAGE_WORKDIR}",
+              *settings.mounts]
+    training = [IMAGE_ENTRYPOINT, IMAGE_HOROVODRUN, *options, python, settings.trainer, *args]
+    keep_sshd = [IMAGE_ENTRYPOINT, "sleep", "infinity"]
+    # One task on each other node, for the job's length; no --exact, so the
+    # step keeps the job's CPUs there for the ranks its sshd starts.
+    other_nodes = ["srun", f"--nodes={len(others)}", f"--ntasks={len(others)}",
+                   "--ntasks-per-node=1", f"--nodelist={','.join(others)}"]
+    if settings.runtime == "apptainer":
+        container_argv = apptainer_exec(settings, mounts, environment, sshd=True)
+        main = [*container_argv, *training]
+        sshd = [*other_nodes, *container_argv, *keep_sshd]
+    else:
+        options = pyxis_options(settings, mounts, environment, sshd=True)
+        main = ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={first}", *options, *training]
+        sshd = [*other_nodes, *options, *keep_sshd]
+    if not others:
+        return Plan(main, check, cwd, probe)
+    return Plan(main, check, cwd, probe, sshd, tuple(others), settings.ssh_port)

@@ -1,0 +1,45 @@
+"""The programs that start ranks, found and checked before a job relies on
+them: horovodrun (beside this Python, else on PATH) and srun with Slurm's
+PMIx plugin.
+
+Standard library only: the Slurm job imports it under a bare python3."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from horovod_train.core.errors import UserError
+
+
+def horovodrun_path() -> str:
+    """The horovodrun installed beside this Python, else the one on PATH."""
+    beside = Path(sys.executable).parent / "horovodrun"
+    found = str(beside) if beside.exists() else shutil.which("horovodrun")
+    if not found:
+        raise UserError("horovodrun not found beside this Python or on PATH "
+                        "(scripts/setup.sh installs it)")
+    return found
+
+
+def mpi_plugins(listing: str) -> list[str]:
+    """The plugin names `srun --mpi=list` prints, one an indented line."""
+    return [line.strip() for line in listing.splitlines()
+            if line[:1] in ("\t", " ") and line.strip()]
+
+
+def check_pmix() -> None:
+    """srun can start the ranks' Open MPI: Slurm has its PMIx plugin. (Open
+    MPI 4.1 as Debian builds it has no PMI-1 or PMI-2 client, so pmi2 would
+    not do.)"""
+    try:
+        result = subprocess.run(["srun", "--mpi=list"], capture_output=True, text=True,
+                                timeout=60)
+    except FileNotFoundError:
+        raise UserError("srun not found: the job's nodes need Slurm's client commands") from None
+    plugins = mpi_plugins(result.stdout + result.stderr)
+    if "pmix" not in plugins:
+        raise UserError(f"srun offers no PMIx plugin (srun --mpi=list: "
+                        f"{', '.join(plugins) or 'nothing'}): the ranks' Open MPI starts "
+                        "through PMIx; ask the site for Slurm's mpi/pmix, or set "
+                        "HVT_LAUNCHER=horovodrun")
