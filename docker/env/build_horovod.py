@@ -381,12 +381,12 @@ def plan(args, info: dict) -> tuple[dict, dict]:
         toolkit = os.environ.get("CUDA_HOME") or (
             f"cuda-toolkit=={locked_version('cuda-toolkit')}" if cuda_major(torch_cuda) == 13
             else f"nvidia-cuda-toolkit {CUDA12_TOOLKIT} (Debian)")
-    patches = {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
-               for p in sorted(PATCH_DIR.glob("*.patch"))}
+    patches = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in patch_series()}
     inputs = {
         "horovod": HOROVOD_VERSION,
         "sdist_sha256": SDIST_SHA256,
         "patches": patches,
+        "series": list(patches),  # the order they apply in (the key sorts the mapping)
         "abi": info["abi"],
         "machine": info["machine"],
         "frameworks": {f: info["frameworks"][FRAMEWORKS[f][0]] for f in frameworks},
@@ -414,6 +414,40 @@ def cuda_env(args, inputs: dict) -> dict:
     path = f"{cuda_home / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"
     return {"CUDA_HOME": str(cuda_home), "CUDAToolkit_ROOT": str(cuda_home),
             "HOROVOD_CUDA_HOME": str(cuda_home), "PATH": path}
+
+
+def patch_series() -> list[Path]:
+    """The patches in the order patches/series lists them (a name a line,
+    # comments); a UserError for a name without its file, or a patch the
+    series leaves out: each must be placed deliberately."""
+    series = PATCH_DIR / "series"
+    try:
+        names = [line.split("#", 1)[0].strip() for line in series.read_text().splitlines()]
+    except OSError as err:
+        raise UserError(f"{series}: {err.strerror}") from None
+    names = [name for name in names if name]
+    missing = [name for name in names if not (PATCH_DIR / name).is_file()]
+    if missing:
+        raise UserError(f"{series} lists {', '.join(missing)}, which {PATCH_DIR} lacks")
+    unlisted = sorted({p.name for p in PATCH_DIR.glob("*.patch")} - set(names))
+    if unlisted:
+        raise UserError(f"{series} leaves out {', '.join(unlisted)}: list it where it applies")
+    return [PATCH_DIR / name for name in names]
+
+
+def apply_patch(patch: Path, source: Path) -> None:
+    """Apply one patch exactly where it was made: no fuzz and no offset (a
+    hunk that moved means the patch was made against other code), else a
+    RunFailed naming the patch and the hunk."""
+    result = subprocess.run(["patch", "-p1", "--forward", "--batch", "--fuzz=0",
+                             "--no-backup-if-mismatch", "-i", str(patch)], cwd=source,
+                            capture_output=True, text=True)
+    said = (result.stdout + result.stderr).splitlines()
+    moved = [line.strip() for line in said if "offset" in line or "fuzz" in line]
+    if result.returncode != 0 or moved:
+        why = (moved or [line.strip() for line in said if line.strip()] or
+               [f"exit {result.returncode}"])[-1]
+        raise RunFailed(f"{patch.name} does not apply where it was made: {why}")
 
 
 def cache_key(inputs: dict) -> str:
@@ -466,10 +500,9 @@ def build_wheel(args, sdist: Path, env: dict, entry: Path, inputs: dict) -> None
             else:
                 tar.extractall(work)  # noqa: S202
         source = work / f"horovod-{HOROVOD_VERSION}"
-        for patch in sorted(PATCH_DIR.glob("*.patch")):
+        for patch in patch_series():
             log(f"applying {patch.name}")
-            subprocess.run(["patch", "-p1", "--forward", "--batch", "--quiet", "-i", str(patch)],
-                           cwd=source, check=True)
+            apply_patch(patch, source)
         if "HOROVOD_NCCL_HOME" in env:
             env = {**env, "HOROVOD_NCCL_HOME": str(nccl_tree(Path(env["HOROVOD_NCCL_HOME"]), work))}
         out = work / "wheel"

@@ -189,9 +189,8 @@ def test_patches_apply_to_the_pinned_sdist(tmp_path):
     with tarfile.open(sdist) as tar:
         tar.extractall(tmp_path, filter="data")
     source = tmp_path / "horovod-0.28.1"
-    for patch in sorted(build_horovod.PATCH_DIR.glob("*.patch")):
-        subprocess.run(["patch", "-p1", "--forward", "--batch", "-i", str(patch)], cwd=source,
-                       check=True, capture_output=True)
+    for patch in build_horovod.patch_series():  # each exactly where it was made
+        build_horovod.apply_patch(patch, source)
     torch_cmake = (source / "horovod" / "torch" / "CMakeLists.txt").read_text()
     assert 'VERSION_LESS "2.14.0")\n    set(CMAKE_CXX_STANDARD 20)' in torch_cmake
     assert "set(CMAKE_CXX_STANDARD 17)" in Path(source / "CMakeLists.txt").read_text()
@@ -204,8 +203,9 @@ def test_patches_apply_to_the_pinned_sdist(tmp_path):
                  "pair.cc").read_text()
     assert "catch (const ::gloo::EnforceNotMet& ex)" in gloo_pair
     assert "#include <stdexcept>" in (source / "horovod" / "common" / "common.h").read_text()
-    # Each applies where it was made: no hunk moved (patch keeps a .orig then).
     assert not list(source.rglob("*.orig")) and not list(source.rglob("*.rej"))
+    driver = (source / "horovod" / "runner" / "driver" / "driver_service.py").read_text()
+    assert "pipeline.horovodrun_network(" in driver
 
 
 def test_horovodrun_starts_open_mpi_without_its_ofi_btl():

@@ -38,8 +38,50 @@ def test_key_changes_with_torch_version_patch_and_flags(monkeypatch, tmp_path):
     patches = tmp_path / "patches"
     patches.mkdir()
     (patches / "a.patch").write_text("--- a/x\n+++ b/x\n")
+    (patches / "series").write_text("a.patch\n")
     monkeypatch.setattr(build_horovod, "PATCH_DIR", patches)
     assert build_horovod.cache_key(plan_for()[0]) != base
+
+
+def test_the_series_lists_every_patch_once_in_order_and_each_has_a_header():
+    series = build_horovod.patch_series()
+    assert sorted(p.name for p in series) == sorted(
+        p.name for p in build_horovod.PATCH_DIR.glob("*.patch"))
+    for patch in series:
+        first = patch.read_text().splitlines()[0]
+        assert not first.startswith(("--- ", "diff ")), f"{patch.name} has no header"
+        assert "Upstream" in patch.read_text().split("\n--- a/", 1)[0], patch.name
+
+
+@pytest.mark.parametrize("series, files, message", [
+    ("a.patch\nb.patch\n", ["a.patch"], "lists b.patch, which"),
+    ("# only a\na.patch\n", ["a.patch", "b.patch"], "leaves out b.patch: list it"),
+])
+def test_a_series_that_misses_a_patch_is_one_error(monkeypatch, tmp_path, series, files,
+                                                   message):
+    for name in files:
+        (tmp_path / name).write_text("--- a/x\n+++ b/x\n")
+    (tmp_path / "series").write_text(series)
+    monkeypatch.setattr(build_horovod, "PATCH_DIR", tmp_path)
+    with pytest.raises(build_horovod.UserError, match=message):
+        build_horovod.patch_series()
+
+
+def test_a_hunk_that_moved_fails_with_the_patchs_name(tmp_path):
+    """No fuzz, no offset: a patch made against other code stops the build."""
+    source = tmp_path / "source"
+    source.mkdir()
+    lines = [f"line {n}\n" for n in range(1, 21)]
+    (source / "f.txt").write_text("".join(lines))
+    patch = tmp_path / "one.patch"
+    patch.write_text("--- a/f.txt\n+++ b/f.txt\n@@ -9,3 +9,3 @@\n line 9\n-line 10\n+ten\n"
+                     " line 11\n")
+    build_horovod.apply_patch(patch, source)
+    assert "ten\n" in (source / "f.txt").read_text()
+    (source / "f.txt").write_text("".join(["new\n", "lines\n", *lines]))  # moved by 2
+    with pytest.raises(build_horovod.RunFailed, match="^one.patch does not apply where it was "
+                                                      "made: .*offset 2 lines"):
+        build_horovod.apply_patch(patch, source)
 
 
 def test_build_flags_follow_the_frameworks():
