@@ -9,67 +9,25 @@ image is available") or in NCCL (two ranks on one GPU), or a GPU build
 trains on the CPU without a word; the trainer says why in one line
 instead, before any rank trains."""
 
-import ctypes
 import json
 import os
-import re
 import sys
 from pathlib import Path
 
 from horovod_train.core.errors import UserError
+from horovod_train.torch import nvidia_driver
+from horovod_train.torch.nvidia_driver import driver_cuda_version, driver_version
 
 BUILD_RECORD = "horovod-build.json"  # docker/env/build_horovod.py writes it into the prefix
-DRIVER_VERSION_FILE = Path("/proc/driver/nvidia/version")
-# The oldest Linux driver of each CUDA major (NVIDIA's CUDA release notes):
-# every minor release of a major runs on its first driver (CUDA's minor
-# version compatibility), so the check compares majors.
-FIRST_DRIVER = {12: "525.60.13", 13: "580.65.06"}
-
-
-def cuda_text(version: int) -> str:
-    """The driver API's number as a release: 12040 -> 12.4."""
-    return f"{version // 1000}.{version % 1000 // 10}"
-
-
-def driver_cuda_version() -> int | None:
-    """The CUDA release the installed driver supports (cuDriverGetVersion),
-    or None where no NVIDIA driver is installed."""
-    try:
-        libcuda = ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return None
-    version = ctypes.c_int()
-    if libcuda.cuDriverGetVersion(ctypes.byref(version)) != 0:
-        return None
-    return version.value
-
-
-def driver_version() -> str | None:
-    """The kernel module's version, 580.65.06, where the host exposes it."""
-    try:
-        found = re.search(r"Kernel Module\s+(\d+\.\d+(?:\.\d+)?)", DRIVER_VERSION_FILE.read_text())
-    except OSError:
-        return None
-    return found[1] if found else None
 
 
 def driver_problem(supported: int, needed: str, driver: str | None) -> str | None:
-    """Why a driver that supports CUDA `supported` (12040) cannot run a build
-    for CUDA `needed` ("13.0"), or None. A driver of the same major runs it
-    (a 12.2 driver runs a 12.8 build): only a PTX the driver must compile
-    would need the newer minor, and the build's kernels are native code for
-    every architecture it lists."""
-    major = int(needed.split(".")[0])
-    if supported // 1000 >= major:
-        return None
-    first = FIRST_DRIVER.get(major)
-    return (f"the NVIDIA driver{f' {driver}' if driver else ''} supports CUDA up to "
-            f"{cuda_text(supported)}, and this build of torch and Horovod needs CUDA {needed}"
-            + (f" (driver {first} or newer)" if first else "")
-            + (": set up the CUDA 12 variant for it (scripts/setup.sh --cuda 12, docker build "
-               "--build-arg CUDA=12 docker/)," if supported // 1000 == 12 else ":")
-            + " update the driver (on data-centre GPUs NVIDIA's cuda-compat package also "
-            "serves), or train on the CPU with --no-cuda")
+    """nvidia_driver.py's line (the image's check shares it), in the words
+    of a checkout's trainer."""
+    return nvidia_driver.driver_problem(
+        supported, needed, driver, "this build of torch and Horovod needs",
+        "set up the CUDA 12 variant for it (scripts/setup.sh --cuda 12, docker build "
+        "--build-arg CUDA=12 docker/)", "train on the CPU with --no-cuda")
 
 
 def arch_number(arch: str) -> int:

@@ -124,8 +124,8 @@ def test_the_entrypoint_takes_a_cuda_12_driver_and_names_an_older_one(hosts):
     r470 = run_on("a", *check[:2], "DRIVER_CUDA=11040", "DRIVER_RELEASE=470.256.02", *check[2:])
     assert r470.returncode == 2
     assert r470.stderr.startswith("entrypoint: error: the NVIDIA driver 470.256.02 supports "
-                                  "CUDA up to 11.4, and this image is built for CUDA 12.8, which "
-                                  "needs driver 525.60.13 or newer"), r470.stderr
+                                  "CUDA up to 11.4, and this image is built for CUDA 12.8 "
+                                  "(driver 525.60.13 or newer)"), r470.stderr
     SEEN["driver_lines"] = {"535.104.05 (CUDA 12.2)": "runs", "470.256.02 (CUDA 11.4)":
                             r470.stderr.strip()}
 

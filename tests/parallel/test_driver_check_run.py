@@ -52,7 +52,7 @@ def test_the_images_check_reads_the_driver_and_the_build_record(driver_dir, tmp_
     assert result.returncode == 2
     assert result.stderr == (
         "entrypoint: error: the NVIDIA driver 535.104.05 supports CUDA up to 12.2, and this "
-        "image is built for CUDA 13.0, which needs driver 580.65.06 or newer: build the CUDA 12 "
+        "image is built for CUDA 13.0 (driver 580.65.06 or newer): build the CUDA 12 "
         "image for it (docker build --build-arg CUDA=12 docker/), update the driver (on "
         "data-centre GPUs NVIDIA's cuda-compat package also serves), or run the CPU image "
         "(docker build --build-arg DEVICE=cpu docker/)\n")

@@ -1,0 +1,1 @@
+../../docker/env/nvidia_driver.py
