@@ -24,6 +24,7 @@ import json
 import os
 import socket
 import struct
+import subprocess
 import sys
 import threading
 import time
@@ -48,6 +49,10 @@ class Interface:
     loopback: bool
     address: str | None  # IPv4 in CIDR form, "10.0.0.11/24"; None without one
     ipv6: bool = False  # has an IPv6 address beyond host and link scope
+    # Its other IPv4 addresses, in CIDR form (a re-addressing, a floating
+    # address, a second network on one NIC): Open MPI announces one address
+    # per interface, which may be one of these.
+    others: tuple[str, ...] = ()
 
     @property
     def ip(self) -> str | None:
@@ -68,10 +73,26 @@ def ipv6_names() -> set[str]:
             if len(fields) == 6 and int(fields[3], 16) not in IPV6_LOCAL_SCOPES}
 
 
+def other_ipv4_addresses() -> dict[str, list[str]]:
+    """Each interface's IPv4 addresses in CIDR form, as iproute2 lists them
+    (the ioctls read one); {} where `ip` is missing or fails."""
+    try:
+        listing = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True,
+                                 text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    found: dict[str, list[str]] = {}
+    for fields in (line.split() for line in listing.splitlines()):
+        if len(fields) > 3 and fields[2] == "inet":
+            found.setdefault(fields[1].split("@")[0], []).append(fields[3])
+    return found
+
+
 def local_interfaces() -> list[Interface]:
     """This host's interfaces, in the kernel's order."""
     found = []
     with_ipv6 = ipv6_names()
+    listed = other_ipv4_addresses()
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         for _, name in socket.if_nameindex():
             request = struct.pack("256s", name.encode()[:15])
@@ -82,13 +103,15 @@ def local_interfaces() -> list[Interface]:
                 address = str(ipaddress.IPv4Interface(f"{ip}/{mask}"))
             except OSError:  # EADDRNOTAVAIL: no IPv4 address
                 address = None
+            others = tuple(item for item in listed.get(name, []) if item != address)
             found.append(Interface(name, bool(flags & IFF_UP and flags & IFF_RUNNING),
-                                   bool(flags & IFF_LOOPBACK), address, name in with_ipv6))
+                                   bool(flags & IFF_LOOPBACK), address, name in with_ipv6,
+                                   others))
     return found
 
 
 def interfaces_from_json(items: list[dict]) -> list[Interface]:
-    return [Interface(**item) for item in items]
+    return [Interface(**{**item, "others": tuple(item.get("others", ()))}) for item in items]
 
 
 def parse_networks(text: str) -> list[ipaddress.IPv4Network]:

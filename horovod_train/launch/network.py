@@ -420,6 +420,26 @@ def choose(commands: list[list[str]], nodes: list[str], named: list[str] | None 
         step.close()
 
 
+def second_address_problem(choice: Choice) -> str | None:
+    """Why Open MPI cannot carry the job on the chosen networks, or None: an
+    interface of one of them carries other IPv4 addresses beside the job's
+    (a re-addressing, a floating address, a second network on one NIC).
+    Open MPI announces one address per interface, which can be the other
+    one, and drops its peers' connections from the job's address as coming
+    from "an IP address that is unexpected": the ranks hang at start. Gloo
+    and NCCL take the address of the job's network and train."""
+    for net in choice.networks:
+        for node, iface in net.members.items():
+            if iface and iface.others:
+                return (f"host {node}'s {iface.name} carries {', '.join(iface.others)} beside "
+                        f"{iface.address}, the job's address there: Open MPI announces one "
+                        "address per interface and drops its peers' connections from the other "
+                        "(the ranks would hang at start): remove the other address (ip addr del "
+                        f"{iface.others[0]} dev {iface.name}) or give it an interface of its own, "
+                        "or start the ranks over Gloo (--gloo)")
+    return None
+
+
 # --- the preflight's checks, on the chosen network -----------------------------
 
 def pair_rounds(nodes: list[str]) -> list[list[tuple[str, str]]]:

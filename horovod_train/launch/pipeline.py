@@ -26,6 +26,7 @@ import json
 import os
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 from horovod_train.core.errors import RunFailed, UserError, exit_code
@@ -93,14 +94,19 @@ def choose_network(job: Job, env: dict, layers: dict[str, str] | None = None
     except ValueError as err:
         raise UserError(str(err)) from None
     try:
-        return network.choose(probe_commands(job), job.names, list(job.network) or None, layers,
-                              timeouts)
+        choice = network.choose(probe_commands(job), job.names, list(job.network) or None,
+                                layers, timeouts)
     except network.NoSharedInterface as err:
         # Naming a network cannot get past a firewall.
         raise RunFailed(str(err) if err.firewall else f"{err} (HVT_NETWORK_INTERFACE names one)") \
             from None
     except (ValueError, RuntimeError) as err:
         raise RunFailed(str(err)) from None
+    # Over MPI (asked for, or horovodrun's and srun's default) only.
+    problem = network.second_address_problem(choice) if job.controller != "gloo" else None
+    if problem:
+        raise RunFailed(problem)
+    return choice
 
 
 def network_lines(prog: str, choice: network.Choice) -> str:
@@ -145,6 +151,17 @@ def rank_environment(starter: str, choice: network.Choice | None,
             if name not in env}
 
 
+def literal_controller(argv: list[str], env: dict) -> str | None:
+    """The controller of the literal horovodrun, read from its command line:
+    --gloo, --mpi, or an elastic run (Gloo alone); None where horovodrun
+    decides (MPI where it has it). The trainers take none of these words."""
+    words = set(argv[1:])
+    if "--gloo" in words or env.get("HOROVOD_CONTROLLER") == "gloo" or \
+            words & {"--host-discovery-script", "--min-np", "--max-np"}:
+        return "gloo"
+    return "mpi" if "--mpi" in words else None
+
+
 def horovodrun_network(host_names: list[str], ssh_port: int | None,
                        identity: str | None) -> list[str] | None:
     """The literal horovodrun's network (its probe's hook in the project's
@@ -155,7 +172,7 @@ def horovodrun_network(host_names: list[str], ssh_port: int | None,
     no convention of its own). None where the hosts need no network."""
     env = dict(os.environ)
     job = Job(tuple(hosts.Host(name, 1) for name in host_names), len(host_names), ssh_port,
-              identity, named_network(None, env))
+              identity, named_network(None, env), literal_controller(sys.argv, env))
     chosen: list[network.Choice | None] = []
     code = exit_code(lambda: chosen.append(choose_network(job, env)), "horovodrun")
     if code:

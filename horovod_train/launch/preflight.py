@@ -307,6 +307,8 @@ def check_network(job: Job, found: Findings) -> network.Choice | None:
         found.network_error = str(err)
         return None
     found.network = choice.said
+    if job.controller != "gloo":
+        found.network_error = network.second_address_problem(choice)
     return choice
 
 

@@ -6,9 +6,10 @@ less those three.
 
     python horovod_train/pytorch_mnist.py --num-proc 2 --communication gloo
 
-The hosts are checked as scripts/launch.sh checks them (launch/pipeline.py)
-before anything starts. Each rank returns the exit code its error line goes with
-(errors.py); the command exits with the worst of them."""
+The hosts are checked and the network chosen as scripts/launch.sh does it
+(launch/pipeline.py) before anything starts. Each rank returns the exit
+code its error line goes with (errors.py); the command exits with the worst
+of them."""
 
 import os
 from collections.abc import Callable
@@ -46,9 +47,14 @@ def start_ranks(prog: str, run_rank: Callable[[list[str]], int], argv: list[str]
     with horovod.run (which pickles run_rank: a module's function); the worst
     exit code of the ranks."""
     hosts = host_checks.parse_host_list(launch.hosts, "--hosts") if launch.hosts else None
+    choice = None
     if hosts:
         host_checks.check_process_count(launch.num_proc, hosts, f"--hosts {launch.hosts}")
-        pipeline.check_hosts(Job(tuple(hosts), launch.num_proc))
+        job = Job(tuple(hosts), launch.num_proc, controller=launch.communication)
+        pipeline.check_hosts(job)
+        choice = pipeline.choose_network(job, dict(os.environ))
+        if choice:
+            say(pipeline.network_lines(prog, choice))
     import horovod
 
     # Each rank imports the trainer from this checkout, as a rank of
@@ -62,7 +68,8 @@ def start_ranks(prog: str, run_rank: Callable[[list[str]], int], argv: list[str]
         codes = horovod.run(run_rank, args=(rank_argv(argv),),
                             np=launch.num_proc, hosts=launch.hosts,
                             use_gloo=launch.communication == "gloo",
-                            use_mpi=launch.communication == "mpi")
+                            use_mpi=launch.communication == "mpi",
+                            network_interfaces=choice and choice.horovodrun_nics.split(","))
     except (RuntimeError, ValueError) as err:
         # A rank that ended without returning (killed, or Horovod's own abort).
         lines = str(err).strip().splitlines() or [type(err).__name__]

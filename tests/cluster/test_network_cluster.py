@@ -279,3 +279,39 @@ def test_a_network_that_loses_full_size_packets_is_named_as_an_mtu_mismatch(
     assert line.endswith(": small packets pass and full-size ones are lost: an MTU mismatch on "
                          "the path (e.g. jumbo frames on the hosts, not on the switch): set one "
                          "MTU on the hosts and every switch between them"), line
+
+
+@pytest.fixture
+def second_address_on_b(cluster):
+    """b's eth0 also carries an address on another subnet (a re-addressing)."""
+    address = ["ip", "-n", "hvt-b", "addr", "{}", "10.99.0.12/24", "dev", "eth0"]
+    subprocess.run([word.format("add") for word in address], check=True, timeout=30)
+    yield
+    subprocess.run([word.format("del") for word in address], check=True, timeout=30)
+
+
+@pytest.mark.cluster
+def test_a_second_address_is_refused_over_mpi_and_trains_over_gloo(second_address_on_b,
+                                                                  tmp_path):
+    """Open MPI announced 10.99.0.12 for b's eth0 and dropped b's ranks'
+    connections from 10.213.0.12: launch.sh and the literal command hung at
+    start until killed. Now every MPI path refuses before a rank starts,
+    with the fix, and the preflight names it; Gloo trains."""
+    expected = ("host b's eth0 carries 10.99.0.12/24 beside ")
+    for launcher, controller in ((LAUNCH, "--mpi"), (BIN / "horovodrun", "--mpi"),
+                                 (BIN / "horovodrun", None)):
+        started = time.monotonic()
+        result = launch_from_a("-np", "2", "-H", "a:1,b:1", *filter(None, [controller]),
+                               str(BIN / "python"), "-c", "print('started')",
+                               launcher=str(launcher))
+        assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
+        [line] = result.stderr.strip().splitlines()
+        assert f"error: {expected}" in line and line.endswith("(--gloo)"), line
+        assert "started" not in result.stdout and time.monotonic() - started < 30
+    checked = launch_from_a("-H", "a:1,b:1", "--no-allreduce",
+                            launcher=str(REPO / "scripts" / "preflight.sh"))
+    assert checked.returncode == 1
+    assert f"preflight: network: {expected}" in checked.stderr, checked.stderr
+    gloo = launch_from_a("-np", "2", "-H", "a:1,b:1", "--gloo", str(BIN / "python"), "-c",
+                         SHOW_STARTED_SETTINGS)
+    assert gloo.returncode == 0, gloo.stdout[-2000:] + gloo.stderr[-2000:]

@@ -454,3 +454,30 @@ def test_horovods_networks_become_this_hosts_names_before_it_starts():
                                 for net in taken))
     with pytest.raises(ValueError, match=f"^HOROVOD_GLOO_IFACE={elsewhere}: no interface of "):
         networks.resolve_environment({"HOROVOD_GLOO_IFACE": elsewhere})
+
+
+# --- a second address on an interface the ranks use ---------------------------------
+
+def test_a_second_address_on_the_jobs_interface_is_named_for_open_mpi():
+    b = Interface("eth0", True, False, "10.0.0.12/24", others=("10.99.0.12/24",))
+    choice = network.decide({"a": host(eth("eth0", "10.0.0.11/24")), "b": host(b)},
+                            everything_answers)
+    assert network.second_address_problem(choice) == (
+        "host b's eth0 carries 10.99.0.12/24 beside 10.0.0.12/24, the job's address there: "
+        "Open MPI announces one address per interface and drops its peers' connections from the "
+        "other (the ranks would hang at start): remove the other address (ip addr del "
+        "10.99.0.12/24 dev eth0) or give it an interface of its own, or start the ranks over "
+        "Gloo (--gloo)")
+    assert network.second_address_problem(network.decide(RENAMED, everything_answers)) is None
+
+
+@pytest.mark.parametrize("argv, env, controller", [
+    (["horovodrun", "-np", "4", "-H", "a:2,b:2", "python", "train.py"], {}, None),
+    (["horovodrun", "-np", "4", "--gloo", "python", "train.py"], {}, "gloo"),
+    (["horovodrun", "-np", "4", "--mpi", "python", "train.py"], {}, "mpi"),
+    (["horovodrun", "-np", "4", "--min-np", "2", "--host-discovery-script", "d.sh", "python",
+      "train.py"], {}, "gloo"),  # elastic: Gloo alone
+    (["train.py", "--num-proc", "2"], {"HOROVOD_CONTROLLER": "gloo"}, "gloo"),
+])
+def test_the_literal_commands_controller_is_read_from_its_command_line(argv, env, controller):
+    assert pipeline.literal_controller(argv, env) == controller
