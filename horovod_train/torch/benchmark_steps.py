@@ -65,6 +65,8 @@ def run(config: RunConfig) -> dict:
         "parameters": sum(p.numel() for p in model.parameters()),
         "gradient_bytes": timed_steps.gradient_bytes(model, fp16_allreduce),
         "nccl": nccl,
+        # The trainer's step, less what only training needs.
+        "leaves_out": "the trainer's loss check (one scalar allreduced per step)",
     }, measures_allreduce=True)
     if rt.is_root:
         timed_steps.write_result(config.outputs.log_dir, record)

@@ -33,6 +33,18 @@ def amp_name(dtype: torch.dtype | None) -> str:
     return next((name for name, d in AMP_DTYPES.items() if d == dtype), "off")
 
 
+def step_reduced(optimizer, scaler) -> None:
+    """The optimizer step once Horovod's allreduces were waited for
+    (optimizer.synchronize()): unscale where the gradients are scaled, step
+    without reducing a second time, update the scale. Horovod's pattern for
+    loss scaling, one copy for the trainer's step and the timed steps."""
+    if scaler.is_enabled():
+        scaler.unscale_(optimizer)
+    with optimizer.skip_synchronize():
+        scaler.step(optimizer)
+    scaler.update()
+
+
 def autocast(device: torch.device, amp_dtype: torch.dtype | None):
     return (torch.autocast(device.type, dtype=amp_dtype) if amp_dtype
             else contextlib.nullcontext())

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from horovod_train.core.atomic import atomic_write_json
-from horovod_train.torch.precision import autocast
+from horovod_train.torch.precision import autocast, step_reduced
 
 RESULT_NAME = "benchmark.json"
 
@@ -67,11 +67,7 @@ def horovod_step(model: nn.Module, optimizer, batches: Iterator,
         tic = time.perf_counter()
         optimizer.synchronize()
         waited = time.perf_counter() - tic
-        if scaler.is_enabled():
-            scaler.unscale_(optimizer)
-        with optimizer.skip_synchronize():
-            scaler.step(optimizer)
-        scaler.update()
+        step_reduced(optimizer, scaler)
         return waited
 
     return step
@@ -156,4 +152,5 @@ def format_result(record: dict) -> str:
     return (f"benchmark {record['launcher']} {record['model']} ({record['workload']}): "
             f"{record['images_per_sec']:.1f} images/s over {record['ranks']} ranks "
             f"({per_rank}); step {record['step_time_s'] * 1e3:.1f} ms"
-            + (f", allreduce wait {waited * 1e3:.1f} ms" if waited is not None else ""))
+            + (f", allreduce wait {waited * 1e3:.1f} ms" if waited is not None else "")
+            + (f"; leaves out {record['leaves_out']}" if record.get("leaves_out") else ""))

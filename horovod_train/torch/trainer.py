@@ -26,7 +26,7 @@ from horovod_train.core.config import RunConfig
 from horovod_train.core.errors import UserError
 from horovod_train.torch import allocator, checkpoint, dataloader, device_data, gpu
 from horovod_train.torch.models import build_model, convert_sync_batchnorm
-from horovod_train.torch.precision import amp_name, amp_settings, autocast
+from horovod_train.torch.precision import amp_name, amp_settings, autocast, step_reduced
 
 # This process's NCCL debug output (GPU runs): set up before hvd.init(), read
 # after NCCL's first collective (nccl_transport).
@@ -324,13 +324,7 @@ def batch_trainer(model, optimizer, device, amp_dtype, scaler, passes: int,
             else:
                 optimizer.synchronize()
                 losses.check()
-                # Horovod's pattern for loss scaling too: reduce, unscale, then
-                # step without reducing a second time.
-                if scaler.is_enabled():
-                    scaler.unscale_(optimizer)
-                with optimizer.skip_synchronize():
-                    scaler.step(optimizer)
-                scaler.update()
+                step_reduced(optimizer, scaler)
             optimizer.zero_grad()
         with torch.no_grad():
             return (loss.detach().double() * len(labels), (output.argmax(1) == labels).sum(),
