@@ -18,6 +18,7 @@ from /proc/net/if_inet6.
 
 import contextlib
 import dataclasses
+import errno
 import fcntl
 import ipaddress
 import json
@@ -294,14 +295,41 @@ def emit(message: dict) -> None:
     sys.stdout.flush()
 
 
+def port_range(text: str | None) -> tuple[int, int] | None:
+    """HVT_PORTS=LOW-HIGH, the ports a site's firewall opens between the
+    job's hosts: (LOW, HIGH), or None where unset; a ValueError of one line
+    for a value that is not such a range."""
+    if not text:
+        return None
+    low, dash, high = text.partition("-")
+    if not (dash and low.isdigit() and high.isdigit() and 1024 <= int(low) < int(high) <= 65535):
+        raise ValueError(f"HVT_PORTS={text}: want a range of ports LOW-HIGH between 1024 and "
+                         "65535, e.g. 50000-50200")
+    return int(low), int(high)
+
+
+def in_port_range(bind):
+    """bind(port) on the first free port of HVT_PORTS (its result), or on
+    the port the kernel gives (0) where it is unset."""
+    ports = port_range(os.environ.get("HVT_PORTS"))
+    if ports is None:
+        return bind(0)
+    for port in range(ports[0], ports[1] + 1):
+        try:
+            return bind(port)
+        except OSError as err:
+            if err.errno != errno.EADDRINUSE or port == ports[1]:
+                raise
+
+
 def probe_task(node: str | None = None) -> int:
     """This host's part, as `node` (the name the job knows it by: the host
     list's, Slurm's, else the hostname)."""
     node = node or os.environ.get("SLURMD_NODENAME") or socket.gethostname()
-    listener = socket.create_server(("0.0.0.0", 0), backlog=1024)
+    listener = in_port_range(lambda port: socket.create_server(("0.0.0.0", port), backlog=1024))
     threading.Thread(target=answer_connections, args=(listener, node), daemon=True).start()
     echo = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    echo.bind(("0.0.0.0", 0))
+    in_port_range(lambda port: echo.bind(("0.0.0.0", port)))
     threading.Thread(target=echo_datagrams, args=(echo,), daemon=True).start()
     emit({"node": node, "port": listener.getsockname()[1], "echo_port": echo.getsockname()[1],
           "interfaces": [dataclasses.asdict(iface) for iface in local_interfaces()]})

@@ -346,11 +346,13 @@ def check_reachable(hosts: list[str], port: int | None, identity: str | None,
 
 
 def python_on(host: str, port: int | None, identity: str | None, args: list[str],
-              cwd: str | Path | None = None) -> list[str]:
+              cwd: str | Path | None = None, env: dict[str, str] | None = None) -> list[str]:
     """`python ARGS` under the Python at this one's path on `host` (in `cwd`
-    there, where given), as horovodrun starts ranks: over ssh, in BatchMode
-    with a short connect timeout, unless the host is this machine."""
-    here = [sys.executable, *args]
+    there, and with the variables `env`, where given), as horovodrun starts
+    ranks: over ssh, in BatchMode with a short connect timeout, unless the
+    host is this machine."""
+    here = [*(["env", *(f"{name}={value}" for name, value in env.items())] if env else []),
+            sys.executable, *args]
     if runs_here(host, ssh_target(host, port)):
         return here
     remote = shlex.join(here) if cwd is None else \

@@ -7,6 +7,7 @@ or a Slurm task on each node).
 
 Standard library only: the Slurm job imports it under a bare python3."""
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -79,9 +80,11 @@ def each_host_command(job: Job, args: list[str], stdin: bool = False) -> list[li
 def probe_commands(job: Job) -> list[list[str]]:
     """Each host's part of the network probe (core/interfaces.py). Over ssh
     its source is sent whole, so the host needs no checkout and stdin stays
-    free for the probe's plan."""
-    if job.allocation:
+    free for the probe's plan; its listeners take HVT_PORTS's range."""
+    if job.allocation:  # srun's tasks have the job's environment, HVT_PORTS included
         return each_host_command(job, PROBE_ARGS, stdin=True)
+    ports = os.environ.get("HVT_PORTS")
     return [hosts.python_on(name, job.ssh_port, job.identity,
-                            ["-c", interfaces.SOURCE.read_text(), "probe", name])
+                            ["-c", interfaces.SOURCE.read_text(), "probe", name],
+                            env={"HVT_PORTS": ports} if ports else None)
             for name in job.names]

@@ -515,7 +515,7 @@ def firewall_hint(tried: dict[str, dict[str, str]], unreached: dict[str, set[str
     node = blocked.pop()
     return (f" (a firewall on {node}? the probe runs there, over ssh or srun, yet no other "
             "node reaches its ports on any network: let TCP and UDP from the job's hosts in "
-            "there, not ssh alone)")
+            "there, not ssh alone, or open a range of ports and name it in HVT_PORTS)")
 
 
 def decide(tables: dict[str, list[Interface]], connect, named: list[str] | None = None,

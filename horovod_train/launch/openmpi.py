@@ -100,6 +100,23 @@ def srun_rank_environment(env: dict, cidrs: list[str] | None = None) -> dict[str
     return chosen
 
 
+# Of HVT_PORTS's range, the first ports go to Open MPI's out-of-band
+# channel: mpirun and each daemon listen on every port of the list they are
+# given (seen with Open MPI 4.1), so it gets a few of its own; the rest is
+# its TCP transport's, whose ranks take one free port each, as Horovod's
+# services and Gloo's pairs do anywhere in the range.
+OOB_PORTS = 4
+
+
+def port_range_environment(low: int, high: int) -> dict[str, str]:
+    """Open MPI's ports inside HVT_PORTS's range: its out-of-band channel's
+    (mpirun's and its daemons') and its TCP transport's listeners."""
+    oob_high = min(low + OOB_PORTS - 1, high - 1)
+    return {"OMPI_MCA_oob_tcp_dynamic_ipv4_ports": f"{low}-{oob_high}",
+            "OMPI_MCA_btl_tcp_port_min_v4": str(oob_high + 1),
+            "OMPI_MCA_btl_tcp_port_range_v4": str(high - oob_high)}
+
+
 def layers_set(env: dict) -> dict[str, str]:
     """The layers' own interface variables the user set (exclude lists aside)."""
     return {name: env[name] for name in NETWORK_VARIABLES if name in env}

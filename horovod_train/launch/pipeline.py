@@ -29,6 +29,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from horovod_train.core import interfaces
 from horovod_train.core.errors import RunFailed, UserError, exit_code
 from horovod_train.launch import hosts, network, openmpi
 from horovod_train.launch.job import Job, named_network, probe_commands
@@ -87,6 +88,7 @@ def choose_network(job: Job, env: dict, layers: dict[str, str] | None = None
     interface variables checked as each layer reads them. None where every
     host is this machine (loopback). What cannot carry the job ends it (a
     RunFailed: the probe ran and said no)."""
+    port_environment(env)  # a bad range is bad input, before the probe uses it
     if not job.remote:
         return None
     try:
@@ -139,16 +141,32 @@ def with_nics(options: list[str], choice: network.Choice | None) -> list[str]:
     return ["--network-interfaces", choice.horovodrun_nics, *kept]
 
 
+def port_environment(env: dict) -> dict[str, str]:
+    """Open MPI's ports inside HVT_PORTS (Horovod's own and Gloo's read it
+    themselves, in the project's Horovod; the probe's listeners too), where
+    the user set none of Open MPI's; a UserError for a bad range."""
+    try:
+        ports = interfaces.port_range(env.get("HVT_PORTS"))
+    except ValueError as err:
+        raise UserError(str(err)) from None
+    if ports is None:
+        return {}
+    return {name: value for name, value in openmpi.port_range_environment(*ports).items()
+            if name not in env}
+
+
 def rank_environment(starter: str, choice: network.Choice | None,
                      env: dict) -> dict[str, str]:
     """What the ranks' environment adds to `env`: the project's Open MPI
-    settings, where the user set none; for ranks that srun starts (no
-    mpirun), also what horovodrun's mpirun would give them and the chosen
-    network, where neither the user nor the site's files set them."""
+    settings and its ports inside HVT_PORTS, where the user set none; for
+    ranks that srun starts (no mpirun), also what horovodrun's mpirun would
+    give them and the chosen network, where neither the user nor the site's
+    files set them."""
+    ports = port_environment(env)
     if starter == "srun":
-        return openmpi.srun_rank_environment(env, choice.cidrs if choice else None)
-    return {name: value for name, value in openmpi.project_environment().items()
-            if name not in env}
+        return {**ports, **openmpi.srun_rank_environment(env, choice.cidrs if choice else None)}
+    return {**ports, **{name: value for name, value in openmpi.project_environment().items()
+                        if name not in env}}
 
 
 def literal_controller(argv: list[str], env: dict) -> str | None:
@@ -177,6 +195,9 @@ def horovodrun_network(host_names: list[str], ssh_port: int | None,
     code = exit_code(lambda: chosen.append(choose_network(job, env)), "horovodrun")
     if code:
         raise SystemExit(code)
+    # horovodrun's mpirun reads its environment after this hook.
+    for name, value in port_environment(env).items():
+        os.environ.setdefault(name, value)
     if chosen[0] is None:
         return None
     print(network_lines("horovodrun", chosen[0]), flush=True)

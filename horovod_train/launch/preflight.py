@@ -41,7 +41,7 @@ from pathlib import Path
 
 from horovod_train.core.errors import ArgumentParser, RunFailed, run_main
 from horovod_train.core.options import positive_float
-from horovod_train.launch import allocation, host_facts, hosts, network, openmpi, starters
+from horovod_train.launch import allocation, host_facts, hosts, network, pipeline, starters
 from horovod_train.launch.job import Job, each_host_command, named_network, probe_commands
 from horovod_train.torch import gpu
 
@@ -327,11 +327,9 @@ def allreduce_command(job: Job, choice: network.Choice | None) -> list[str]:
 
 
 def allreduce_environment(choice: network.Choice | None, srun: bool) -> dict:
-    """As the job's ranks get it (launch/pipeline.py's rank_environment)."""
-    env = {**openmpi.project_environment(), **os.environ}
-    if srun:
-        env.update(openmpi.srun_rank_environment(env, choice.cidrs if choice else None))
-    return env
+    """As the job's ranks get it."""
+    env = dict(os.environ)
+    return {**env, **pipeline.rank_environment("srun" if srun else "horovodrun", choice, env)}
 
 
 def check_allreduce(job: Job, choice: network.Choice | None, found: Findings) -> None:

@@ -252,7 +252,8 @@ def test_a_firewall_that_passes_ssh_alone_is_named_in_one_line(firewall_on_b, la
         f"{launcher}: error: no network connects every node: "), result.stderr
     assert lines[0].endswith("(a firewall on b? the probe runs there, over ssh or srun, yet no "
                              "other node reaches its ports on any network: let TCP and UDP from "
-                             "the job's hosts in there, not ssh alone)"), lines[0]
+                             "the job's hosts in there, not ssh alone, or open a range of "
+                             "ports and name it in HVT_PORTS)"), lines[0]
     assert "started" not in result.stdout and elapsed < 30
 
 
@@ -315,3 +316,49 @@ def test_a_second_address_is_refused_over_mpi_and_trains_over_gloo(second_addres
     gloo = launch_from_a("-np", "2", "-H", "a:1,b:1", "--gloo", str(BIN / "python"), "-c",
                          SHOW_STARTED_SETTINGS)
     assert gloo.returncode == 0, gloo.stdout[-2000:] + gloo.stderr[-2000:]
+
+
+@pytest.fixture
+def firewall_on_b_with_a_port_range(cluster):
+    """Host b lets in ssh and ports 50000-50200, TCP and UDP, nothing else."""
+    rules = [["INPUT", "-i", "lo", "-j", "ACCEPT"],
+             ["INPUT", "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"],
+             ["INPUT", "-p", "tcp", "--dport", str(cluster["port"]), "-j", "ACCEPT"],
+             ["INPUT", "-p", "tcp", "--dport", "50000:50200", "-j", "ACCEPT"],
+             ["INPUT", "-p", "udp", "--dport", "50000:50200", "-j", "ACCEPT"],
+             ["INPUT", "-j", "DROP"]]
+    iptables = ["ip", "netns", "exec", "hvt-b", "iptables"]
+    for rule in rules:
+        subprocess.run([*iptables, "-A", *rule], check=True, timeout=30)
+    yield
+    for rule in reversed(rules):
+        subprocess.run([*iptables, "-D", *rule], check=True, timeout=30)
+
+
+ALLREDUCE = ("import horovod.torch as hvd, torch; hvd.init(); "
+             "print('sum', hvd.allreduce(torch.ones(1), op=hvd.Sum).item())")
+
+
+@pytest.mark.cluster
+def test_every_path_trains_inside_the_port_range_a_firewall_opens(
+        firewall_on_b_with_a_port_range):
+    """HVT_PORTS: the probe's listeners, Horovod's services, Gloo's pairs
+    (docker/env/patches/*-port-range.patch) and Open MPI's transport and
+    daemons (its settings) all listen inside it; outside it, the firewall is
+    named, and a range that is no range is bad input."""
+    for launcher, controller in ((LAUNCH, "--gloo"), (LAUNCH, "--mpi"),
+                                 (BIN / "horovodrun", "--gloo"), (BIN / "horovodrun", "--mpi")):
+        result = launch_from_a("-np", "2", "-H", "a:1,b:1", controller, str(BIN / "python"),
+                               "-c", ALLREDUCE, launcher=str(launcher), timeout=90,
+                               HVT_PORTS="50000-50200", HVT_PROBE_CONNECT_TIMEOUT_S="1")
+        assert result.returncode == 0, (launcher, controller, result.stdout[-2000:],
+                                        result.stderr[-2000:])
+        assert result.stdout.count("sum 2.0") == 2, result.stdout[-2000:]
+    closed = launch_from_a("-np", "2", "-H", "a:1,b:1", str(BIN / "python"), "-c", ALLREDUCE,
+                           HVT_PORTS="51000-51200", HVT_PROBE_CONNECT_TIMEOUT_S="1")
+    assert closed.returncode == 1 and "(a firewall on b? " in closed.stderr, closed.stderr
+    bad = launch_from_a("-np", "2", "-H", "a:1,b:1", str(BIN / "python"), "-c", ALLREDUCE,
+                        HVT_PORTS="50000")
+    assert bad.returncode == 2
+    assert bad.stderr.strip() == ("launch: error: HVT_PORTS=50000: want a range of ports "
+                                  "LOW-HIGH between 1024 and 65535, e.g. 50000-50200")

@@ -13,7 +13,7 @@ import ipaddress
 import pytest
 from conftest import REPO
 
-from horovod_train.core import runtime
+from horovod_train.core import interfaces, runtime
 from horovod_train.core.errors import UserError
 from horovod_train.core.interfaces import Interface, local_interfaces, names_on, parse_networks
 from horovod_train.launch import horovodrun, network, openmpi, pipeline, slurm_plan
@@ -129,7 +129,8 @@ def test_a_node_no_one_reaches_on_any_network_is_named_as_a_firewall():
     assert message.startswith("no network connects every node: ")
     assert message.endswith("(a firewall on b? the probe runs there, over ssh or srun, yet no "
                             "other node reaches its ports on any network: let TCP and UDP from "
-                            "the job's hosts in there, not ssh alone)")
+                            "the job's hosts in there, not ssh alone, or open a range of ports and "
+                            "name it in HVT_PORTS)")
 
 
 def test_networks_that_fail_between_both_nodes_are_not_called_a_firewall():
@@ -481,3 +482,20 @@ def test_a_second_address_on_the_jobs_interface_is_named_for_open_mpi():
 ])
 def test_the_literal_commands_controller_is_read_from_its_command_line(argv, env, controller):
     assert pipeline.literal_controller(argv, env) == controller
+
+
+@pytest.mark.parametrize("text, ports", [(None, None), ("", None), ("50000-50200", (50000, 50200))])
+def test_a_port_range_is_low_dash_high(text, ports):
+    assert interfaces.port_range(text) == ports
+
+
+@pytest.mark.parametrize("text", ["50000", "50200-50000", "80-90", "50000-70000", "a-b", "5-5"])
+def test_a_port_range_that_is_none_is_one_error(text):
+    with pytest.raises(ValueError, match=f"^HVT_PORTS={text}: want a range of ports LOW-HIGH"):
+        interfaces.port_range(text)
+
+
+def test_open_mpi_gets_a_few_ports_for_its_daemons_and_the_rest_for_its_ranks():
+    assert openmpi.port_range_environment(50000, 50200) == {
+        "OMPI_MCA_oob_tcp_dynamic_ipv4_ports": "50000-50003",
+        "OMPI_MCA_btl_tcp_port_min_v4": "50004", "OMPI_MCA_btl_tcp_port_range_v4": "197"}
