@@ -19,7 +19,8 @@ from horovod_train.core import loop, mnist
 from horovod_train.torch import device_data, timed_steps
 from horovod_train.torch.models import build_model
 from horovod_train.torch.precision import amp_settings
-from horovod_train.torch.trainer import batch_trainer, distributed_optimizer, set_lr
+from horovod_train.torch.step import batch_trainer, set_lr
+from horovod_train.torch.trainer import distributed_optimizer
 
 TARGET_RATIO = 1.5  # our goal: at least 1.5x the reference's images/s
 SIDES = ("ours", "reference")

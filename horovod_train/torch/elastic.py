@@ -43,13 +43,8 @@ from horovod_train.core import (
 from horovod_train.core.config import RunConfig
 from horovod_train.torch import checkpoint, device_data
 from horovod_train.torch.models import build_model
-from horovod_train.torch.trainer import (
-    TorchTrainer,
-    batch_trainer,
-    distributed_optimizer,
-    eval_batch,
-    init,
-)
+from horovod_train.torch.step import batch_trainer, eval_batch
+from horovod_train.torch.trainer import TorchTrainer, distributed_optimizer, init
 
 
 class EventLog:
