@@ -89,11 +89,13 @@ def other_ipv4_addresses() -> dict[str, list[str]]:
     return found
 
 
-def local_interfaces() -> list[Interface]:
-    """This host's interfaces, in the kernel's order."""
+def local_interfaces(others: bool = False) -> list[Interface]:
+    """This host's interfaces, in the kernel's order; with `others`, each
+    one's other IPv4 addresses too (iproute2 is asked: the probe and the
+    list want them, a rank's start does not)."""
     found = []
     with_ipv6 = ipv6_names()
-    listed = other_ipv4_addresses()
+    listed = other_ipv4_addresses() if others else {}
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         for _, name in socket.if_nameindex():
             request = struct.pack("256s", name.encode()[:15])
@@ -332,7 +334,7 @@ def probe_task(node: str | None = None) -> int:
     in_port_range(lambda port: echo.bind(("0.0.0.0", port)))
     threading.Thread(target=echo_datagrams, args=(echo,), daemon=True).start()
     emit({"node": node, "port": listener.getsockname()[1], "echo_port": echo.getsockname()[1],
-          "interfaces": [dataclasses.asdict(iface) for iface in local_interfaces()]})
+          "interfaces": [dataclasses.asdict(iface) for iface in local_interfaces(others=True)]})
     for line in sys.stdin:  # until the job closes stdin: others may still connect here
         plan = json.loads(line)
         timeout_s = plan["connect_timeout_s"]
@@ -369,7 +371,7 @@ SOURCE = Path(__file__).resolve() if "__file__" in globals() else None
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["list"]:
-        print(json.dumps([dataclasses.asdict(iface) for iface in local_interfaces()]))
+        print(json.dumps([dataclasses.asdict(iface) for iface in local_interfaces(others=True)]))
     elif sys.argv[1:2] == ["probe"] and len(sys.argv) <= 3:
         sys.exit(probe_task(*sys.argv[2:]))
     else:

@@ -88,13 +88,14 @@ def planned_hosts(args: argparse.Namespace) -> tuple[list[hosts.Host], str]:
     return [hosts.Host("localhost", max(args.num_proc, 1))], "this machine"
 
 
-def job_of(args: argparse.Namespace, env: dict) -> Job | None:
-    """The launch's job, its input checked (the hosts aside); None for an
-    elastic run, whose hosts come and go while it runs."""
+def job_of(args: argparse.Namespace, argv: list[str], env: dict) -> Job | None:
+    """The launch's job (horovodrun's arguments `argv`, as parsed in
+    `args`), its input checked (the hosts aside); None for an elastic run,
+    whose hosts come and go while it runs."""
     if not args.command:
         raise UserError("no command to run: give it after horovodrun's options, "
                         "e.g. python horovod_train/pytorch_mnist.py")
-    flag = [value for _, _, value in pipeline.nic_options(options_of(args))]
+    flag = [value for _, _, value in pipeline.nic_options(options_of(argv, args.command))]
     named = named_network(",".join(flag) if flag else None, env)
     if args.host_discovery_script:
         return None
@@ -105,9 +106,9 @@ def job_of(args: argparse.Namespace, env: dict) -> Job | None:
                cpu_only="--no-cuda" in args.command)
 
 
-def options_of(args: argparse.Namespace) -> list[str]:
-    """horovodrun's options as given, the command left out."""
-    return args.argv[:len(args.argv) - len(args.command)]
+def options_of(argv: list[str], command: list[str]) -> list[str]:
+    """horovodrun's options as given in `argv`, the `command` left out."""
+    return argv[:len(argv) - len(command)]
 
 
 # How horovodrun's parser can be given the hostfile: its two names, and the
@@ -179,8 +180,7 @@ def main(argv: list[str]) -> int:
     env = dict(os.environ)
     asked, argv = without_preflight(argv)
     args = parse_horovodrun_args(argv)
-    args.argv = argv
-    job = job_of(args, env)
+    job = job_of(args, argv, env)
     if pipeline.runs_trainer(args.command):
         pipeline.check_trainer([*args.command, "--check-options"])
     if asked and job is None:
@@ -194,7 +194,7 @@ def main(argv: list[str]) -> int:
         choice = pipeline.choose_network(job, env)
         if choice:
             print(pipeline.network_lines("launch", choice), flush=True)
-    options = pipeline.with_nics(options_of(args), choice)
+    options = pipeline.with_nics(options_of(argv, args.command), choice)
     if args.hostfile and job:
         options = with_host_list(options, job.hosts)
     options = with_elastic_defaults(args, options, env)

@@ -2,8 +2,8 @@
 (scripts/launch.sh, the Slurm job, scripts/launch_cluster.sh, the
 preflight), as Horovod's runner keeps one settings object under its
 backends: where the ranks run, how the launching host reaches each host,
-the network named for them, and how a command runs once on every host (ssh,
-or a Slurm task on each node).
+the network named for them, and how the network probe runs on every host
+(ssh, or a Slurm task on each node).
 
 Standard library only: the Slurm job imports it under a bare python3."""
 
@@ -67,22 +67,12 @@ def named_network(flag: str | None, env: dict,
     return tuple(from_flag or from_env)
 
 
-def each_host_command(job: Job, args: list[str], stdin: bool = False) -> list[list[str]]:
-    """The commands that run `python ARGS` once on each host of the job: one
-    srun step with a task per node inside an allocation, else one command
-    per host (over ssh in BatchMode where the host is not this machine, as
-    horovodrun reaches it)."""
-    if job.allocation:
-        return [allocation.on_each_node(job.names, job.checkout, args, stdin)]
-    return [hosts.python_on(name, job.ssh_port, job.identity, args) for name in job.names]
-
-
 def probe_commands(job: Job) -> list[list[str]]:
     """Each host's part of the network probe (core/interfaces.py). Over ssh
     its source is sent whole, so the host needs no checkout and stdin stays
     free for the probe's plan; its listeners take HVT_PORTS's range."""
     if job.allocation:  # srun's tasks have the job's environment, HVT_PORTS included
-        return each_host_command(job, PROBE_ARGS, stdin=True)
+        return [allocation.on_each_node(job.names, job.checkout, PROBE_ARGS, stdin=True)]
     ports = os.environ.get("HVT_PORTS")
     return [hosts.python_on(name, job.ssh_port, job.identity,
                             ["-c", interfaces.SOURCE.read_text(), "probe", name],

@@ -104,11 +104,16 @@ def choose_network(job: Job, env: dict, layers: dict[str, str] | None = None
             from None
     except (ValueError, RuntimeError) as err:
         raise RunFailed(str(err)) from None
-    # Over MPI (asked for, or horovodrun's and srun's default) only.
-    problem = network.second_address_problem(choice) if job.controller != "gloo" else None
+    problem = mpi_problem(job, choice)
     if problem:
         raise RunFailed(problem)
     return choice
+
+
+def mpi_problem(job: Job, choice: network.Choice) -> str | None:
+    """Why the chosen network cannot carry the job's MPI (asked for, or
+    horovodrun's and srun's default), or None: Gloo runs are not held to it."""
+    return network.second_address_problem(choice) if job.controller != "gloo" else None
 
 
 def network_lines(prog: str, choice: network.Choice) -> str:
@@ -189,10 +194,14 @@ def horovodrun_network(host_names: list[str], ssh_port: int | None,
     network that cannot carry the job one line and exit 1 (horovodrun has
     no convention of its own). None where the hosts need no network."""
     env = dict(os.environ)
-    job = Job(tuple(hosts.Host(name, 1) for name in host_names), len(host_names), ssh_port,
-              identity, named_network(None, env), literal_controller(sys.argv, env))
+
+    def choose() -> None:
+        job = Job(tuple(hosts.Host(name, 1) for name in host_names), len(host_names), ssh_port,
+                  identity, named_network(None, env), literal_controller(sys.argv, env))
+        chosen.append(choose_network(job, env))
+
     chosen: list[network.Choice | None] = []
-    code = exit_code(lambda: chosen.append(choose_network(job, env)), "horovodrun")
+    code = exit_code(choose, "horovodrun")
     if code:
         raise SystemExit(code)
     # horovodrun's mpirun reads its environment after this hook.

@@ -42,7 +42,7 @@ from pathlib import Path
 from horovod_train.core.errors import ArgumentParser, RunFailed, run_main
 from horovod_train.core.options import positive_float
 from horovod_train.launch import allocation, host_facts, hosts, network, pipeline, starters
-from horovod_train.launch.job import Job, each_host_command, named_network, probe_commands
+from horovod_train.launch.job import Job, named_network, probe_commands
 from horovod_train.torch import gpu
 
 PROG = "preflight"
@@ -274,8 +274,8 @@ def check_hosts(job: Job, found: Findings) -> None:
 def slurm_facts(job: Job) -> dict[str, tuple[None, dict]]:
     """The facts of every node of the allocation, one Slurm task on each."""
     names = job.names
-    [command] = each_host_command(job, ["-m", "horovod_train.launch.host_facts", "--workdir",
-                                        str(job.workdir)])
+    command = allocation.on_each_node(names, job.checkout, ["-m", "horovod_train.launch.host_facts",
+                                                            "--workdir", str(job.workdir)])
     try:
         result = subprocess.run(command, capture_output=True, text=True,
                                 stdin=subprocess.DEVNULL, timeout=FACTS_TIMEOUT_S)
@@ -307,8 +307,7 @@ def check_network(job: Job, found: Findings) -> network.Choice | None:
         found.network_error = str(err)
         return None
     found.network = choice.said
-    if job.controller != "gloo":
-        found.network_error = network.second_address_problem(choice)
+    found.network_error = pipeline.mpi_problem(job, choice)
     return choice
 
 

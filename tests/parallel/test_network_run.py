@@ -30,4 +30,4 @@ def test_list_prints_the_interfaces_as_json_under_a_bare_python():
                             capture_output=True, text=True, timeout=30, env={"PATH": "/usr/bin"})
     assert result.returncode == 0, result.stderr
     listed = interfaces.interfaces_from_json(json.loads(result.stdout))
-    assert listed == interfaces.local_interfaces()
+    assert listed == interfaces.local_interfaces(others=True)

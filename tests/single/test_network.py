@@ -378,8 +378,8 @@ def launch_sh_network(argv: list[str], env: dict) -> tuple[str, ...]:
     """The network launch.sh reads from its arguments and environment."""
     argv = argv if "-np" in argv else ["-np", "1", *argv]
     args = horovodrun.parse_horovodrun_args(argv)
-    args.argv = argv
-    flag = [value for _, _, value in pipeline.nic_options(horovodrun.options_of(args))]
+    flag = [value for _, _, value in pipeline.nic_options(horovodrun.options_of(argv,
+                                                                               args.command))]
     return named_network(",".join(flag) if flag else None, env)
 
 
