@@ -36,25 +36,12 @@ if [[ -f "$keys/authorized_keys" ]]; then
     checking=accept-new
   fi
   if [[ -n "${HVT_CLUSTER_HOSTS:-}" ]]; then
-    cat > /root/.ssh/config <<CONFIG
-# The cluster's hosts: its port and key; host keys are checked, and new ones
-# accepted only for these hosts.
-Host ${HVT_CLUSTER_HOSTS}
-    Port ${port}
-    User root
-    IdentityFile /root/.ssh/id_ed25519
-    IdentitiesOnly yes
-    UserKnownHostsFile /root/.ssh/known_hosts
-    StrictHostKeyChecking ${checking}
-    BatchMode yes
-    ConnectTimeout 10
-    # A host that stops answering ends the ssh sessions to it within 45-60 s
-    # (an elastic driver then drops it; TCP alone waits for hours), after the
-    # limits that name what was lost: mpirun's keepalive (25 s,
-    # /etc/openmpi/openmpi-mca-params.conf) and Gloo's timeout (30 s).
-    ServerAliveInterval 15
-    ServerAliveCountMax 4
-CONFIG
+    # The same config as the emulated hosts' (docker/env/ssh_client.py);
+    # the host names are split on purpose.
+    # shellcheck disable=SC2086
+    /opt/venv/bin/python /opt/horovod-env/ssh_client.py --port "$port" \
+      --identity /root/.ssh/id_ed25519 --known-hosts /root/.ssh/known_hosts \
+      --checking "$checking" ${HVT_CLUSTER_HOSTS} > /root/.ssh/config
     chmod 600 /root/.ssh/config
   else
     echo "entrypoint: HVT_CLUSTER_HOSTS is empty: ssh will refuse hosts it does not know" >&2

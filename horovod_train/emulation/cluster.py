@@ -57,6 +57,7 @@ import time
 from pathlib import Path
 
 from horovod_train.core.errors import ArgumentParser, RunFailed, UserError, run_main
+from horovod_train.emulation import ssh_client
 from horovod_train.launch.hosts import IMAGE_SSH_PORT
 
 REPO = Path(__file__).resolve().parents[2]  # the checkout
@@ -69,7 +70,7 @@ ROUTER = "router"  # --routed: the namespace hvt-router joins the two subnets
 ROUTER_HOST_OCTET = 254
 NETNS_PREFIX = "hvt-"
 DEFAULT_SUBNET = "10.213.0"  # /24, private and unlikely to clash; HVT_EMULATE_SUBNET overrides
-SSH_DEFAULT_PORT = 22  # ssh's own: where plain hosts' sshd listens, as on bare hosts
+SSH_DEFAULT_PORT = ssh_client.SSH_DEFAULT_PORT  # where plain hosts' sshd listens, as on bare hosts
 # The decoys of `up --decoys`, each up with a carrier and an IPv4 address.
 # Only eth0 joins the hosts.
 DECOYS = {
@@ -278,8 +279,10 @@ def start_plain_hosts(addresses: dict, port: int, state: Path, keys: Path) -> No
         names = ",".join(known_host_name(name, port) for name in (host, address))
         known_hosts.append(f"{names} {' '.join(public)}\n")
         shutil.copy(keys / "authorized_keys", ssh_dir / "authorized_keys")
-    client = ssh_client_config(list(addresses) + list(addresses.values()), port,
-                               keys / "id_ed25519")
+    # The image's entrypoint writes the same config (ssh_client.py is its file).
+    client = ssh_client.config(list(addresses) + list(addresses.values()), port,
+                               str(keys / "id_ed25519"), known_hosts="/dev/null",
+                               global_known_hosts="/etc/ssh/ssh_known_hosts", quiet=True)
     for host in addresses:
         ssh_dir = state / "hosts" / host / "ssh"
         (ssh_dir / "ssh_known_hosts").write_text("".join(known_hosts))
@@ -348,34 +351,6 @@ def known_host_name(name: str, port: int) -> str:
     """A host's name in known_hosts, as ssh looks it up: bare on port 22,
     [name]:port on any other."""
     return name if port == SSH_DEFAULT_PORT else f"[{name}]:{port}"
-
-
-def ssh_client_config(names: list[str], port: int, identity: Path) -> str:
-    """On ssh's default port no Port line: ssh's own default reaches the
-    hosts, and a -p given wins, as on bare hosts."""
-    port_line = "" if port == SSH_DEFAULT_PORT else f"    Port {port}\n"
-    return f"""\
-# ssh client of an emulated host: cluster hosts with the cluster's key,
-# checked against the cluster's host keys.
-Host {' '.join(names)}
-{port_line}    User root
-    IdentityFile {identity}
-    IdentitiesOnly yes
-    GlobalKnownHostsFile /etc/ssh/ssh_known_hosts
-    UserKnownHostsFile /dev/null
-    StrictHostKeyChecking yes
-    BatchMode yes
-    ConnectTimeout 10
-    # A host that stops answering (its link down) ends the ssh sessions to it
-    # within 45-60 s, and with them an elastic driver's wait for the workers
-    # there (TCP alone would wait for hours). After the limits that name what
-    # was lost: mpirun's keepalive (docker/openmpi-mca-params.conf, 25 s; a
-    # dead ssh would read as a daemon that failed to start) and Gloo's 30 s
-    # timeout (a dead ssh would end the job without the trainer's line).
-    ServerAliveInterval 15
-    ServerAliveCountMax 4
-    LogLevel ERROR
-"""
 
 
 def wait_for_ssh(hosts: list[str], state: Path, timeout_s: float = 30.0) -> None:

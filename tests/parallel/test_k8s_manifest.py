@@ -468,12 +468,17 @@ def test_ssh_config_the_entrypoint_writes_reaches_the_hostfile_names(tmp_path):
     the settings ssh would use, without connecting)."""
     if shutil.which("ssh") is None:
         pytest.skip("needs the ssh client")
-    body = re.search(r"<<CONFIG\n(.*?)\nCONFIG\n", ENTRYPOINT, re.S).group(1)
+    assert "/opt/horovod-env/ssh_client.py" in ENTRYPOINT
     launcher = env(MANIFEST, "Launcher")
-    values = {"HVT_CLUSTER_HOSTS": launcher["HVT_CLUSTER_HOSTS"], "port": launcher["HVT_SSH_PORT"],
-              "checking": "accept-new"}
+    written = subprocess.run(
+        [sys.executable, str(REPO / "docker" / "env" / "ssh_client.py"),
+         "--port", launcher["HVT_SSH_PORT"], "--identity", "/root/.ssh/id_ed25519",
+         "--known-hosts", "/root/.ssh/known_hosts", "--checking", "accept-new",
+         *launcher["HVT_CLUSTER_HOSTS"].split()],
+        capture_output=True, text=True, timeout=30)
+    assert written.returncode == 0, written.stderr
     config = tmp_path / "config"
-    config.write_text(re.sub(r"\$\{(\w+)\}", lambda m: values[m.group(1)], body) + "\n")
+    config.write_text(written.stdout)
     for host in operator_hostnames(MANIFEST) + operator_hostnames(MANIFEST, "training"):
         run = subprocess.run(["ssh", "-G", "-F", str(config), host],
                              capture_output=True, text=True, timeout=30)

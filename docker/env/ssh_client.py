@@ -1,0 +1,72 @@
+"""The ssh client's config between a cluster's hosts: the cluster's port,
+user and key, host keys checked, batch mode and the keepalive. One file for
+the two places that write it: the image's entrypoint (docker/entrypoint.sh
+runs this file as a script, before any of the project is in the container)
+and the emulated hosts (horovod_train/emulation/cluster.py, which imports
+this file through a link in the package). Standard library only.
+
+    python3 ssh_client.py --port 12345 --identity /root/.ssh/id_ed25519 \\
+        --known-hosts /root/.ssh/known_hosts --checking accept-new a b
+"""
+
+import argparse
+import sys
+
+SSH_DEFAULT_PORT = 22
+CHECKING = ("yes", "accept-new")
+
+
+def config(names: list[str], port: int, identity: str, known_hosts: str,
+           checking: str = "yes", global_known_hosts: str | None = None,
+           quiet: bool = False) -> str:
+    """The `Host` block for the cluster's names. On ssh's default port no
+    Port line: ssh's own default reaches the hosts, and a -p given wins, as
+    on bare hosts. `checking`: `yes` where every host key is known
+    beforehand, `accept-new` to learn a new one (a changed one is still
+    refused)."""
+    if checking not in CHECKING:
+        raise ValueError(f"checking must be one of {', '.join(CHECKING)}, got {checking!r}")
+    port_line = "" if port == SSH_DEFAULT_PORT else f"    Port {port}\n"
+    global_line = (f"    GlobalKnownHostsFile {global_known_hosts}\n"
+                   if global_known_hosts else "")
+    log_line = "    LogLevel ERROR\n" if quiet else ""
+    return f"""\
+# The cluster's hosts: its port and key; host keys are checked.
+Host {' '.join(names)}
+{port_line}    User root
+    IdentityFile {identity}
+    IdentitiesOnly yes
+{global_line}    UserKnownHostsFile {known_hosts}
+    StrictHostKeyChecking {checking}
+    BatchMode yes
+    ConnectTimeout 10
+    # A host that stops answering (its link down) ends the ssh sessions to it
+    # within 45-60 s, and with them an elastic driver's wait for the workers
+    # there (TCP alone would wait for hours). After the limits that name what
+    # was lost: mpirun's keepalive (docker/openmpi-mca-params.conf, 25 s; a
+    # dead ssh would read as a daemon that failed to start) and Gloo's 30 s
+    # timeout (a dead ssh would end the job without the trainer's line).
+    ServerAliveInterval 15
+    ServerAliveCountMax 4
+{log_line}"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="ssh_client", description="Print the ssh client config for a cluster's hosts.")
+    parser.add_argument("names", nargs="+", help="the cluster's host names")
+    parser.add_argument("--port", type=int, default=SSH_DEFAULT_PORT, help="their sshd's port")
+    parser.add_argument("--identity", required=True, help="the cluster's private key")
+    parser.add_argument("--known-hosts", required=True, help="the known_hosts file to check")
+    parser.add_argument("--checking", choices=CHECKING, default="yes",
+                        help="StrictHostKeyChecking (default: yes)")
+    args = parser.parse_args(argv)
+    if not 0 < args.port < 65536:
+        parser.error(f"--port must be 1-65535, got {args.port}")
+    sys.stdout.write(config(args.names, args.port, args.identity, args.known_hosts,
+                            args.checking))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

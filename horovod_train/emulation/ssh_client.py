@@ -1,0 +1,1 @@
+../../docker/env/ssh_client.py
