@@ -214,6 +214,10 @@ def run_job(trainer_args: list[str], env: dict | None = None, settings: Settings
         starters.check_pmix()
     check_launcher_options(pipeline.check_trainer(plan.check, plan.cwd), settings)
     job = job_of(allocation, settings, "--no-cuda" in trainer_args)
+    if not plan.sshd:
+        # horovodrun's ssh to the nodes, checked as launch.sh checks it; a
+        # container's sshd is checked when its step has started it.
+        pipeline.check_hosts(job)
     if settings.preflight:
         preflight.run(job)
     # horovodrun hands its own choice to every layer; srun's ranks keep the user's.

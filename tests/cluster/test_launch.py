@@ -20,6 +20,12 @@ import numpy as np
 import pytest
 import torch
 from conftest import BIN, EMULATE, REPO, TRAINER
+from entry_faults import (
+    BAD_TRAINER_OPTION,
+    SSH_REFUSED_ON_B,
+    UNKNOWN_HOST,
+    UNKNOWN_HOST_KEY,
+)
 
 from horovod_train.core import mnist
 from horovod_train.torch import checkpoint
@@ -318,9 +324,8 @@ def test_ssh_port_closed_on_b_only_is_one_line_before_any_rank(cluster, tmp_path
         subprocess.run([*iptables_in_b, "-D", *ssh_rule], check=True, timeout=30)
     assert result.returncode == 2, result.stdout + result.stderr
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(
-        f"launch: error: cannot reach host b on SSH port {cluster['port']}: {said}"), \
-        result.stderr
+    words = SSH_REFUSED_ON_B.format(port=cluster["port"]).replace("connection refused", said)
+    assert len(lines) == 1 and lines[0].startswith(f"launch: error: {words}"), result.stderr
     assert elapsed < 30 and list(markers.iterdir()) == []
 
 
@@ -433,18 +438,17 @@ LAUNCH_CLUSTER = REPO / "scripts" / "launch_cluster.sh"
 
 # (fault, message after `PROG: error: `, the entry points and their argv)
 ENTRY_FAULTS = [
-    ("unknown host", "host no-such-host.invalid does not resolve", {
+    ("unknown host", UNKNOWN_HOST, {
         "launch": [str(LAUNCH), "-np", "1", "-H", "no-such-host.invalid:1", "true"],
         "launch_cluster": [str(LAUNCH_CLUSTER), "--hosts", "no-such-host.invalid:1",
                            "--keys", "/k", "--", "true"],
         "pytorch_mnist.py": [str(BIN / "python"), TRAINER, "--num-proc", "1", "--hosts",
                              "no-such-host.invalid:1"]}),
-    ("unknown host key", "host 127.0.0.2: ssh fails (Host key verification failed): its host "
-                         "key is not known here: add it to ~/.ssh/known_hosts", {
+    ("unknown host key", UNKNOWN_HOST_KEY, {
         "launch": [str(LAUNCH), "-np", "1", "-H", "127.0.0.2:1", "-p", "{sshd_port}", "true"],
         "preflight": [str(REPO / "scripts" / "preflight.sh"), "-H", "127.0.0.2:1", "-p",
                       "{sshd_port}", "--no-allreduce"]}),
-    ("bad trainer option", "argument --epochs: 'x' is not an integer", {
+    ("bad trainer option", BAD_TRAINER_OPTION, {
         "launch": [str(LAUNCH), "-np", "1", "-H", "localhost:1", str(BIN / "python"), TRAINER,
                    "--epochs", "x"],
         "pytorch_mnist.py": [str(BIN / "python"), TRAINER, "--num-proc", "1", "--epochs", "x"]}),

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from conftest import BIN, REPO, interface_renamed
+from entry_faults import BAD_TRAINER_OPTION, NETWORK_LOCAL, NETWORK_MISSING, SSH_REFUSED_ON_B
 
 from horovod_train.core.errors import RunFailed, UserError
 from horovod_train.core.interfaces import Interface
@@ -688,12 +689,28 @@ def without_pmix(local_slurm):
             link.symlink_to(target)
 
 
+@pytest.fixture
+def ssh_refused_on_b():
+    """Host b's sshd port refuses (a firewall rule inside b); Slurm's own
+    ports stay open."""
+    rule = ["INPUT", "-p", "tcp", "--dport", "22", "-j", "REJECT", "--reject-with", "tcp-reset"]
+    iptables_in_b = ["ip", "netns", "exec", "hvt-b", "iptables"]
+    subprocess.run([*iptables_in_b, "-A", *rule], check=True, timeout=30)
+    yield
+    subprocess.run([*iptables_in_b, "-D", *rule], check=True, timeout=30)
+
+
 @pytest.mark.cluster
-@pytest.mark.parametrize("case", ["ranks", "pmix", "option", "elastic", "interface", "layer"])
+@pytest.mark.parametrize("case", ["ranks", "pmix", "option", "elastic", "interface", "missing",
+                                  "layer", "ssh"])
 def test_a_job_with_bad_input_ends_in_one_line_before_any_rank_starts(
         local_slurm, decoy_cluster, small_mnist_dir, tmp_path, request, case):
+    """The words of a fault every entry point meets are tests/entry_faults.py's,
+    the same as scripts/launch.sh's."""
     if case == "pmix":
         request.getfixturevalue("without_pmix")
+    if case == "ssh":
+        request.getfixturevalue("ssh_refused_on_b")
     args = trainer(small_mnist_dir, tmp_path / "run", 1)
     variables, expected = {
         "ranks": ({"HVT_NUM_PROC": "5"}, "HVT_NUM_PROC=5 is more than the 4 tasks of job {job} "
@@ -701,16 +718,15 @@ def test_a_job_with_bad_input_ends_in_one_line_before_any_rank_starts(
         "pmix": ({}, "srun offers no PMIx plugin (srun --mpi=list: none, cray_shasta, pmi2): the "
                  "ranks' Open MPI starts through PMIx; ask the site for Slurm's mpi/pmix, or "
                  "set HVT_LAUNCHER=horovodrun"),
-        "option": ({}, "pytorch_mnist.py: argument --epochs: 'x' is not an integer"),
+        "option": ({}, f"pytorch_mnist.py: {BAD_TRAINER_OPTION}"),
         "elastic": ({}, "--elastic needs HVT_LAUNCHER=horovodrun: Horovod's elastic driver "
                         "starts and replaces the ranks itself"),
-        "interface": ({"HVT_NETWORK_INTERFACE": "docker0"},
-                      "network interface docker0 cannot carry the job: the same address "
-                      "172.17.0.1 on a and b (a network local to each host, such as Docker's "
-                      "bridge)"),
+        "interface": ({"HVT_NETWORK_INTERFACE": "docker0"}, NETWORK_LOCAL),
+        "missing": ({"HVT_NETWORK_INTERFACE": "nope"}, NETWORK_MISSING),
         "layer": ({"NCCL_SOCKET_IFNAME": "mgmt"},
                   "NCCL_SOCKET_IFNAME=mgmt: no interface it selects can carry the job: mgmt0: a "
                   "cannot reach b: 192.168.202.12: Network is unreachable"),
+        "ssh": (OVER_SSH, SSH_REFUSED_ON_B.format(port=22)),
     }[case]
     extra = {"option": ["--epochs", "x"], "elastic": ["--elastic"]}.get(case, [])
     job_id = local_slurm.sbatch(tmp_path, [*args, *extra], **variables)
@@ -718,9 +734,11 @@ def test_a_job_with_bad_input_ends_in_one_line_before_any_rank_starts(
     log = (tmp_path / f"horovod-{job_id}.out").read_text()
     # Bad input exits 2; a network the probe finds cannot carry the job, 1
     # (launch/pipeline.py's convention, the same from scripts/launch.sh).
-    code = "1:0" if case in ("interface", "layer") else "2:0"
+    code = "1:0" if case in ("interface", "missing", "layer") else "2:0"
     assert final["JobState"] == "FAILED" and final["ExitCode"] == code, log
-    assert log.strip().splitlines() == ["slurm: error: " + expected.format(job=job_id)]
+    [line] = log.strip().splitlines()
+    assert line.startswith("slurm: error: " + expected.format(job=job_id)), log
+    assert case == "ssh" or line == "slurm: error: " + expected.format(job=job_id)
     assert not (tmp_path / "run").exists()
 
 
