@@ -1,5 +1,6 @@
-"""The timeline model (benchmarks/predict_scaling.py) beside runs measured on
-the emulated hosts: each results.json of benchmarks/run_matrix.sh --emulate
+"""The timeline model (benchmarks/timeline_model.py, through
+benchmarks/predict_scaling.py --timeline) beside runs measured on the
+emulated hosts: each results.json of benchmarks/run_matrix.sh --emulate
 has its multi-rank layouts predicted from its own 1x1 run and the model's
 committed timeline, nothing fitted to the runs.
 

@@ -1,7 +1,8 @@
-"""The timeline model (benchmarks/predict_scaling.py) beside published
-scaling results, with nothing fitted to them: every input is a published
-figure of the hardware or software, a committed timeline, or left out (and
-the gap said in docs/benchmarks.md).
+"""The timeline model (benchmarks/timeline_model.py, through
+benchmarks/predict_scaling.py --timeline) beside published scaling results,
+with nothing fitted to them: every input is a published figure of the
+hardware or software, a committed timeline, or left out (and the gap said
+in docs/benchmarks.md).
 
     python benchmarks/predict_published.py \\
         --json benchmarks/results/predicted-published/comparison.json \\

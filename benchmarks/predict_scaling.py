@@ -1,62 +1,34 @@
 """Predict throughput and scaling efficiency for layouts larger than the ones
-measured, from a results.json written by benchmarks/run_matrix.sh.
+measured, from a results.json written by benchmarks/run_matrix.sh, or for a
+layout described on the command line.
 
-The model is the textbook one for a ring allreduce after each step:
-
-    step(N x G) = compute + 2(P-1) * alpha + 2(P-1)/P * S / B
-
-P = N x G ranks, S the bytes of gradients each rank sends into the
-allreduce (halved by --fp16-allreduce), and (alpha, B) the latency and
-bandwidth of the slowest link the ring crosses: the network between nodes
-when N > 1, the link inside a node (NVLink, PCIe, shared memory) when N = 1.
-Images per second = P x batch / step; efficiency is against 1x1.
-
-compute is the 1x1 step of the measured run. The links are either given
-(--inter-gbit, --inter-latency-us, --intra-gbit, --intra-latency-us) or
-fitted from the measured layouts that were not oversubscribed: Nx1 and NxG
-runs fit the inter-node link, 1xG runs the intra-node link. A fitted
-bandwidth is an effective one: it folds in what Horovod hides by overlapping
-the allreduce with the backward pass and what the protocol costs, so a
-prediction from it is as good as the assumption that both stay the same at
-the larger layout. A given bandwidth is taken as raw: no overlap, so the
-prediction is a lower bound on throughput.
+From a results.json, the ring allreduce model (benchmarks/ring_model.py)
+takes the 1x1 step as the compute time and the links given (--inter-gbit,
+--inter-latency-us, --intra-gbit, --intra-latency-us) or fitted from the
+measured layouts that were not oversubscribed, and predicts each layout
+beside what was measured. --validate OTHER.json predicts OTHER's measured
+layouts with the links fitted here.
 
 Without a results.json, a layout can be described instead: one GPU's
 images/s at its batch (--images-per-sec, --batch-size), the gradients'
 size (--gradient-mb) and the links (--inter-gbit, and --intra-gbit for
 layouts of one node). The links are then raw, so each layout gets two
-bounds: no overlap (step = compute + allreduce) and full overlap (step =
-the longer of the two, the allreduce hidden behind the backward pass as far
-as it can be).
+bounds (benchmarks/ring_model.py): no overlap and full overlap.
 
---timeline FILE (benchmarks/measure_timeline.py) turns the model into a
-timeline one, the point estimate: the one-GPU step is split into forward,
-backward and optimizer by the file's shares, each gradient becomes ready at
-its fraction of the backward, and Horovod's background loop is replayed:
-every cycle (--cycle-ms) it takes the gradients ready by then, fuses them in
-ready order into buffers of at most --fusion-mb, and allreduces the buffers
-one after another, each costing --op-latency-us, the links' per-step
-latencies and its bytes over the slowest link (--algorithm ring: one ring
-over all ranks; hierarchical: a ring inside each node, the nodes' ring
-between, a ring inside again). The step ends when both the backward and the
-last allreduce have, then pays the optimizer. The allreduce left exposed is
-the step less the one-GPU step. The links are taken as given (nothing is
-fitted), and the two bounds stay beside the estimate as a check: no overlap
-(every gradient ready at the backward's end) and full overlap.
-
---validate OTHER.json tests the model on runs it was not fitted to: each
-measured multi-rank layout of OTHER (e.g. the same matrix with
---fp16-allreduce) is predicted from OTHER's own 1x1 and gradient size with
-the links fitted here, next to what was measured.
+--timeline FILE (benchmarks/measure_timeline.py) gives a point estimate
+instead, from either input: the timeline model (benchmarks/timeline_model.py)
+replays Horovod's loop (--fusion-mb, --cycle-ms, --op-latency-us,
+--algorithm) against when each gradient is ready, with the links as given,
+nothing fitted, and keeps the two bounds beside the estimate.
 """
 
 import argparse
 import json
-import math
 import statistics
 import sys
 from pathlib import Path
 
+from benchmarks import ring_model, timeline_model
 from benchmarks.machine import machine_record
 from horovod_train.core.atomic import atomic_write_bytes, atomic_write_json
 from horovod_train.core.errors import ArgumentParser, UserError, run_main
@@ -65,7 +37,6 @@ from horovod_train.core.options import non_negative_float, positive_float
 PROG = "predict_scaling"
 DEFAULT_LAYOUTS = "1x1,1x2,2x2,2x4,4x8,16x8"
 SCHEMA_VERSION = 1
-PHASES = 8  # of Horovod's cycle against the step, averaged over
 
 
 # ---- input ------------------------------------------------------------------
@@ -127,235 +98,13 @@ def median_steps(data: dict, launcher: str) -> dict[tuple[int, int], dict]:
             for layout, values in steps.items()}
 
 
-# ---- the model --------------------------------------------------------------
-
-def ring_terms(ranks: int, gradient_bytes: float) -> tuple[float, float]:
-    """(latency multiplier, bytes over the slowest link) of one ring allreduce."""
-    return 2 * (ranks - 1), 2 * (ranks - 1) / ranks * gradient_bytes
-
-
-def comm_time(ranks: int, gradient_bytes: float, link: dict) -> float:
-    hops, moved = ring_terms(ranks, gradient_bytes)
-    return hops * link["latency_s"] + moved / link["bytes_per_s"]
-
-
-# ---- the timeline model -----------------------------------------------------
-
-def load_timeline(path: Path) -> dict:
-    """A backward timeline of benchmarks/measure_timeline.py, checked."""
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise UserError(f"{path}: cannot read: {err}") from None
-    except json.JSONDecodeError as err:
-        raise UserError(f"{path}: not JSON ({err.msg} at line {err.lineno})") from None
-    shares = data.get("shares") if isinstance(data, dict) else None
-    gradients = data.get("gradients") if isinstance(data, dict) else None
-    if (not isinstance(shares, dict)
-            or not all(isinstance(shares.get(k), (int, float)) and shares[k] >= 0
-                       for k in ("forward", "backward", "optimizer"))
-            or not isinstance(gradients, list) or not gradients
-            or not all(isinstance(g, list) and len(g) == 2
-                       and all(isinstance(v, (int, float)) for v in g)
-                       and 0 <= g[0] <= 1 and g[1] > 0 for g in gradients)):
-        raise UserError(f"{path}: not a timeline of benchmarks/measure_timeline.py "
-                        "(shares and gradients [ready fraction, bytes])")
-    total = sum(shares[k] for k in ("forward", "backward", "optimizer"))
-    if total <= 0:
-        raise UserError(f"{path}: the step's shares add up to nothing")
-    return {**data, "shares": {k: shares[k] / total for k in ("forward", "backward",
-                                                               "optimizer")}}
-
-
-def allreduce_time(nbytes: float, nodes: int, per_node: int, net: dict) -> float:
-    """One allreduce of nbytes over nodes x per_node ranks. Bandwidth terms
-    are the bytes the busiest link carries: a ring over P ranks sends
-    2(P-1)/P of the buffer through every rank's link, and through every
-    node's boundary. Latency: --op-latency-us once, and each of the ring's
-    steps the latency of the link it crosses, as NCCL's tuning model counts
-    them (src/graph/tuning.cc)."""
-    ranks = nodes * per_node
-    if ranks == 1:
-        return 0.0
-    intra, inter = net["intra"], net["inter"]
-    cost = net["op_latency_s"]
-    if nodes == 1:
-        return cost + 2 * (per_node - 1) * (intra["latency_s"]
-                                            + nbytes / per_node / intra["bytes_per_s"])
-    if net["algorithm"] == "hierarchical" and per_node > 1:
-        # Reduce-scatter inside the node, the nodes' ring on 1/G of the
-        # buffer per rank (all G at once through the node's NICs), all-gather.
-        inside = 2 * (per_node - 1) * (intra["latency_s"]
-                                       + nbytes / per_node / intra["bytes_per_s"])
-        between = 2 * (nodes - 1) * (inter["latency_s"]
-                                     + nbytes / nodes / inter["bytes_per_s"])
-        return cost + inside + between
-    slowest = inter["bytes_per_s"] if per_node == 1 else min(inter["bytes_per_s"],
-                                                            intra["bytes_per_s"])
-    inter_steps = 2 * nodes if per_node > 1 else 2 * (ranks - 1)
-    latency = (inter_steps * inter["latency_s"]
-               + (2 * (ranks - 1) - inter_steps) * intra["latency_s"])
-    return cost + latency + 2 * (ranks - 1) / ranks * nbytes / slowest
-
-
-def replay(ready: list[tuple[float, float]], nodes: int, per_node: int, net: dict,
-           start_s: float) -> tuple[float, float, int]:
-    """Horovod's background loop over gradients (ready time, bytes), sorted
-    by ready time: every cycle it takes what is ready, fuses it in order into
-    buffers of at most the fusion threshold (a larger tensor goes alone), and
-    runs the buffers one after another. Returns (when the last allreduce
-    ends, the time spent in allreduces, how many there were)."""
-    cycle, threshold = net["cycle_s"], net["fusion_bytes"]
-    if cycle <= 0:
-        return replay_buckets(ready, nodes, per_node, net, start_s)
-    now, busy, operations, index, last_end = start_s, 0.0, 0, 0, start_s
-    while index < len(ready):
-        if ready[index][0] > now:
-            # Asleep until the first cycle at or after the next gradient.
-            gap = ready[index][0] - now
-            now = now + math.ceil(gap / cycle) * cycle if cycle > 0 else ready[index][0]
-        wake = now
-        buffers: list[float] = []
-        while index < len(ready) and ready[index][0] <= wake:
-            nbytes = ready[index][1]
-            if buffers and buffers[-1] + nbytes <= threshold:
-                buffers[-1] += nbytes
-            else:
-                buffers.append(nbytes)
-            index += 1
-        spent = sum(allreduce_time(b, nodes, per_node, net) for b in buffers)
-        busy += spent
-        operations += len(buffers)
-        last_end = wake + spent
-        # The next cycle begins when this one's allreduces are done, and
-        # not before a cycle time has passed.
-        now = wake + max(spent, cycle)
-    return last_end, busy, operations
-
-
-def replay_buckets(ready: list[tuple[float, float]], nodes: int, per_node: int, net: dict,
-                   start_s: float) -> tuple[float, float, int]:
-    """A reducer without a cycle (PyTorch DDP's): gradients fill buckets of
-    at most the fusion threshold in ready order, and each bucket's allreduce
-    starts once its last gradient is ready and the one before has ended."""
-    buckets: list[list[float]] = []  # [ready, bytes]
-    for when, nbytes in ready:
-        if buckets and buckets[-1][1] + nbytes <= net["fusion_bytes"]:
-            buckets[-1] = [when, buckets[-1][1] + nbytes]
-        else:
-            buckets.append([when, nbytes])
-    end, busy = start_s, 0.0
-    for when, nbytes in buckets:
-        spent = allreduce_time(nbytes, nodes, per_node, net)
-        end = max(end, when) + spent
-        busy += spent
-    return end, busy, len(buckets)
-
-
-def simulate_step(timeline: dict, compute_s: float, nodes: int, per_node: int,
-                  net: dict) -> dict:
-    """One step at a layout: the one-GPU step split by the timeline's shares,
-    the allreduces replayed against the gradients' ready times. Also the two
-    bounds, from the same allreduces: no overlap (every gradient ready when
-    the backward ends) and full overlap (the longer of compute and
-    allreduces)."""
-    if nodes * per_node == 1:
-        return {"step_s": compute_s, "comm_s": 0.0, "exposed_s": 0.0, "allreduces": 0,
-                "step_no_overlap_s": compute_s, "step_full_overlap_s": compute_s}
-    shares = timeline["shares"]
-    forward = compute_s * shares["forward"]
-    backward = compute_s * shares["backward"]
-    optimizer = compute_s * shares["optimizer"]
-    scale = 0.5 if net["fp16"] else 1.0
-    ready = sorted((forward + fraction * backward, nbytes * scale)
-                   for fraction, nbytes in timeline["gradients"])
-    late = [(forward + backward, nbytes) for _, nbytes in ready]
-    # Horovod's cycles keep their own beat, unrelated to the step's: the
-    # figures are the mean over phases of the cycle against the forward's start.
-    phases = [k / PHASES * net["cycle_s"] for k in range(PHASES)] if net["cycle_s"] > 0 else [0]
-    steps, no_overlap, busy, operations, busy_late = [], [], 0.0, 0, 0.0
-    for phase in phases:
-        end, busy, operations = replay(ready, nodes, per_node, net, forward + phase)
-        steps.append(max(forward + backward, end) + optimizer)
-        end_late, busy_late, _ = replay(late, nodes, per_node, net, forward + phase)
-        no_overlap.append(max(forward + backward, end_late) + optimizer)
-    step = statistics.fmean(steps)
-    return {"step_s": step, "comm_s": busy, "exposed_s": step - compute_s,
-            "allreduces": operations,
-            "step_no_overlap_s": statistics.fmean(no_overlap),
-            "step_full_overlap_s": max(compute_s, busy_late)}
-
-
-def fit_link(points: list[tuple[int, float]], gradient_bytes: float,
-             latency_s: float | None) -> tuple[float, float, str]:
-    """Least squares for (alpha, 1/B) from (ranks, exposed communication)
-    points. With one rank count, or a latency given, only 1/B is fitted; a
-    negative alpha is clamped to zero. The third value says which."""
-    rows = [(*ring_terms(p, gradient_bytes), exposed) for p, exposed in points]
-    if latency_s is None and len({p for p, _ in points}) >= 2:
-        sxx = sum(h * h for h, _, _ in rows)
-        syy = sum(m * m for _, m, _ in rows)
-        sxy = sum(h * m for h, m, _ in rows)
-        sxe = sum(h * e for h, _, e in rows)
-        sye = sum(m * e for _, m, e in rows)
-        det = sxx * syy - sxy * sxy
-        alpha = (sxe * syy - sye * sxy) / det
-        inverse_bandwidth = (sxx * sye - sxy * sxe) / det
-        if alpha >= 0 and inverse_bandwidth > 0:
-            return alpha, inverse_bandwidth, "both fitted"
-        how = "latency clamped to 0"
-    elif latency_s is None:
-        how = "bandwidth only: one rank count, latency taken as 0"
-    else:
-        how = "latency given"
-    latency_s = latency_s or 0.0
-    inverse_bandwidth = (sum(m * (e - h * latency_s) for h, m, e in rows)
-                         / sum(m * m for _, m, _ in rows))
-    return latency_s, inverse_bandwidth, how
-
-
-def links(measured: dict, compute_s: float, gradient_bytes: float,
-          args: argparse.Namespace) -> dict[str, dict | None]:
-    """The inter- and intra-node links: given on the command line, else fitted
-    from the measured layouts that were not oversubscribed."""
-    result: dict[str, dict | None] = {}
-    if getattr(args, "inter_gbit_per_gpu", None) is not None:
-        latency_s = (args.inter_latency_us or 0.0) * 1e-6
-        result["inter"] = {"bytes_per_s": args.inter_gbit_per_gpu * 1e9 / 8,
-                           "latency_s": latency_s, "per_gpu": True,
-                           "source": "given, one NIC per GPU"}
-    for name, gbit, latency_us, pick in (
-            ("inter", args.inter_gbit, args.inter_latency_us, lambda n, g: n > 1),
-            ("intra", args.intra_gbit, args.intra_latency_us, lambda n, g: n == 1 and g > 1)):
-        if name in result:
-            continue
-        latency_s = None if latency_us is None else latency_us * 1e-6
-        if gbit is not None:
-            result[name] = {"bytes_per_s": gbit * 1e9 / 8, "latency_s": latency_s or 0.0,
-                            "source": "given"}
-            continue
-        used = sorted(layout for layout, m in measured.items()
-                      if pick(*layout) and not m["oversubscribed"])
-        if not used:
-            result[name] = None
-            continue
-        points = [(n * g, measured[(n, g)]["step_s"] - compute_s) for n, g in used]
-        alpha, inverse_bandwidth, how = fit_link(points, gradient_bytes, latency_s)
-        fitted = ", ".join(f"{n}x{g}" for n, g in used)
-        if inverse_bandwidth <= 0:
-            raise UserError(
-                f"the {name}-node link cannot be fitted: {fitted} took no longer per step "
-                f"than 1x1 (communication fully hidden); give --{name}-gbit")
-        result[name] = {"bytes_per_s": 1 / inverse_bandwidth, "latency_s": alpha,
-                        "source": f"fitted from {fitted} ({how})"}
-    return result
-
+# ---- predictions ------------------------------------------------------------
 
 def predict(layout: tuple[int, int], compute_s: float, batch: int, gradient_bytes: float,
             link_by_name: dict[str, dict | None], timeline: dict | None = None,
             net: dict | None = None) -> dict:
+    """A layout's row of the report, its columns filled by the timeline
+    model when a timeline is given, else by the ring model."""
     nodes, per_node = layout
     ranks = nodes * per_node
     row = {"layout": f"{nodes}x{per_node}", "nodes": nodes, "ranks_per_node": per_node,
@@ -364,61 +113,13 @@ def predict(layout: tuple[int, int], compute_s: float, batch: int, gradient_byte
            "images_per_sec_full_overlap": None, "efficiency_full_overlap": None,
            "note": ""}
     if timeline is not None:
-        return predict_timeline(row, compute_s, batch, link_by_name, timeline, net)
-    if ranks == 1:
-        comm = 0.0
-    else:
-        row["link"] = "inter" if nodes > 1 else "intra"
-        link = link_by_name[row["link"]]
-        if link is None:
-            row["note"] = (f"{row['link']}-node link unknown: measure a "
-                           f"{'Nx1 or NxG' if nodes > 1 else '1xG'} layout or give "
-                           f"--{row['link']}-gbit")
-            return row
-        comm = comm_time(ranks, gradient_bytes, link)
-    step = compute_s + comm
-    hidden = max(compute_s, comm)  # the full-overlap bound
-    row.update(step_time_s=step, comm_time_s=comm, images_per_sec=ranks * batch / step,
-               images_per_sec_per_rank=batch / step, efficiency=compute_s / step,
-               images_per_sec_full_overlap=ranks * batch / hidden,
-               efficiency_full_overlap=compute_s / hidden)
-    return row
-
-
-def predict_timeline(row: dict, compute_s: float, batch: int,
-                     link_by_name: dict[str, dict | None], timeline: dict,
-                     net: dict) -> dict:
-    """The timeline model's row: the point estimate, the allreduce left
-    exposed, and the no-overlap and full-overlap bounds."""
-    nodes, per_node, ranks = row["nodes"], row["ranks_per_node"], row["ranks"]
-    needed = ([] if ranks == 1 else ["intra"] if nodes == 1
-              else ["inter", "intra"] if per_node > 1 else ["inter"])
-    row["link"] = "inter" if nodes > 1 else ("intra" if ranks > 1 else None)
-    missing = [name for name in needed if link_by_name.get(name) is None]
-    row.update(images_per_sec_no_overlap=None, efficiency_no_overlap=None,
-               exposed_comm_s=None, allreduces=None)
-    if missing:
-        row["note"] = "; ".join(f"{name}-node link unknown: give --{name}-gbit"
-                                for name in missing)
-        return row
-    inter = link_by_name.get("inter")
-    if inter is not None and inter.get("per_gpu"):
-        inter = {**inter, "bytes_per_s": inter["bytes_per_s"] * per_node}
-    step = simulate_step(timeline, compute_s, nodes, per_node,
-                         {**net, "intra": link_by_name.get("intra"), "inter": inter})
-    row.update(step_time_s=step["step_s"], comm_time_s=step["comm_s"],
-               exposed_comm_s=step["exposed_s"], allreduces=step["allreduces"],
-               images_per_sec=ranks * batch / step["step_s"],
-               images_per_sec_per_rank=batch / step["step_s"],
-               efficiency=compute_s / step["step_s"],
-               images_per_sec_no_overlap=ranks * batch / step["step_no_overlap_s"],
-               efficiency_no_overlap=compute_s / step["step_no_overlap_s"],
-               images_per_sec_full_overlap=ranks * batch / step["step_full_overlap_s"],
-               efficiency_full_overlap=compute_s / step["step_full_overlap_s"])
-    return row
+        return timeline_model.predict_timeline(row, compute_s, batch, link_by_name,
+                                               timeline, net)
+    return ring_model.predict_ring(row, compute_s, batch, gradient_bytes, link_by_name)
 
 
 def with_measured(row: dict, measured: dict, batch: int, fitted_from: set) -> dict:
+    """A predicted row beside what its layout measured, if it did."""
     layout = (row["nodes"], row["ranks_per_node"])
     m = measured.get(layout)
     row["measured_images_per_sec"] = None
@@ -440,17 +141,24 @@ def with_measured(row: dict, measured: dict, batch: int, fitted_from: set) -> di
     return row
 
 
-def model(data: dict, args: argparse.Namespace, fit: bool = True) -> tuple[float, dict, dict]:
+def model_inputs(data: dict, args: argparse.Namespace,
+                 fit: bool = True) -> tuple[float, dict, dict]:
+    """From a results.json: the compute time (its 1x1 step), the measured
+    steps, and the links (fitted to those steps when fit, else given only)."""
     measured = median_steps(data, args.launcher)
     if (1, 1) not in measured:
         raise UserError(f"{args.results}: no successful 1x1 run of launcher "
                         f"{args.launcher}: the model needs it for the compute time")
     compute_s = measured[(1, 1)]["step_s"]
     gradient_bytes = data["settings"]["gradient_bytes"]
-    return compute_s, measured, links(measured if fit else {}, compute_s, gradient_bytes, args)
+    return compute_s, measured, ring_model.links(measured if fit else {}, compute_s,
+                                                 gradient_bytes, args)
 
 
 def validate(other: dict, args: argparse.Namespace, link_by_name: dict) -> list[dict]:
+    """The ring model on another results.json, not fitted to it: each of its
+    multi-rank layouts not oversubscribed, predicted from its own 1x1 and
+    gradients with the links fitted here."""
     measured = median_steps(other, args.launcher)
     if (1, 1) not in measured:
         raise UserError(f"{args.validate}: no successful 1x1 run of launcher {args.launcher}")
@@ -708,11 +416,11 @@ def described_report(args: argparse.Namespace) -> dict:
     """The report of a layout described on the command line: compute from
     one GPU's images/s, the links as given."""
     compute_s = args.batch_size / args.images_per_sec
-    timeline = None if args.timeline is None else load_timeline(args.timeline)
+    timeline = None if args.timeline is None else timeline_model.load_timeline(args.timeline)
     megabytes = (args.gradient_mb if timeline is None
                  else sum(nbytes for _, nbytes in timeline["gradients"]) / 1e6)
     gradient_bytes = megabytes * 1e6 / (2 if args.fp16 else 1)
-    link_by_name = links({}, compute_s, gradient_bytes, args)
+    link_by_name = ring_model.links({}, compute_s, gradient_bytes, args)
     rows = [predict(layout, compute_s, args.batch_size, gradient_bytes, link_by_name,
                     timeline, network(args))
             for layout in args.layouts]
@@ -728,8 +436,8 @@ def build_report(args: argparse.Namespace) -> dict:
     if args.results is None:
         return described_report(args)
     data = load_results(args.results)
-    timeline = None if args.timeline is None else load_timeline(args.timeline)
-    compute_s, measured, link_by_name = model(data, args, fit=timeline is None)
+    timeline = None if args.timeline is None else timeline_model.load_timeline(args.timeline)
+    compute_s, measured, link_by_name = model_inputs(data, args, fit=timeline is None)
     settings = data["settings"]
     if timeline is not None:
         timed_bytes = sum(nbytes for _, nbytes in timeline["gradients"])

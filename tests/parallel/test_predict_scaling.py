@@ -1,6 +1,7 @@
-"""benchmarks/predict_scaling.py: the ring-allreduce model recovers the links
-from runs it generated itself, leaves out oversubscribed runs, takes given
-links over fitted ones, and answers bad input with one line."""
+"""benchmarks/predict_scaling.py: the ring-allreduce model
+(benchmarks/ring_model.py) recovers the links from runs it generated itself,
+leaves out oversubscribed runs, takes given links over fitted ones, and
+answers bad input with one line."""
 
 import json
 import subprocess
@@ -8,7 +9,7 @@ import subprocess
 import pytest
 from conftest import BIN, REPO
 
-from benchmarks import predict_scaling
+from benchmarks import predict_scaling, ring_model
 
 SCRIPT = REPO / "benchmarks" / "predict_scaling.py"
 COMMITTED = REPO / "benchmarks" / "results" / "cpu-2core-1gbit"
@@ -23,7 +24,7 @@ INTRA = {"bytes_per_s": 50e9, "latency_s": 5e-6}
 def model_rate(nodes: int, per_node: int, gradients: float = GRADIENTS) -> float:
     ranks = nodes * per_node
     link = INTER if nodes > 1 else INTRA
-    step = COMPUTE + (predict_scaling.comm_time(ranks, gradients, link) if ranks > 1 else 0)
+    step = COMPUTE + (ring_model.comm_time(ranks, gradients, link) if ranks > 1 else 0)
     return ranks * BATCH / step
 
 
@@ -195,8 +196,8 @@ def test_a_described_layout_is_predicted_between_its_two_bounds():
     assert by_layout["1x1"]["images_per_sec"] == pytest.approx(BATCH / COMPUTE)
     for nodes, per_node in ((1, 8), (4, 8), (64, 8)):
         row = by_layout[f"{nodes}x{per_node}"]
-        comm = predict_scaling.comm_time(nodes * per_node, GRADIENTS,
-                                         INTER if nodes > 1 else INTRA)
+        comm = ring_model.comm_time(nodes * per_node, GRADIENTS,
+                                    INTER if nodes > 1 else INTRA)
         assert row["images_per_sec"] == pytest.approx(model_rate(nodes, per_node))
         assert row["efficiency"] == pytest.approx(COMPUTE / (COMPUTE + comm))
         assert row["efficiency_full_overlap"] == pytest.approx(COMPUTE / max(COMPUTE, comm))

@@ -1,4 +1,4 @@
-"""benchmarks/predict_scaling.py's timeline model, in process: the rules of
+"""The timeline model (benchmarks/timeline_model.py), in process: the rules of
 the allreduce's cost, Horovod's loop replayed against the gradients' ready
 times, the bounds around the point estimate, and the committed comparisons
 made again from their inputs."""
@@ -8,7 +8,7 @@ import json
 import pytest
 from conftest import REPO
 
-from benchmarks import predict_emulated, predict_published, predict_scaling
+from benchmarks import predict_emulated, predict_published, predict_scaling, timeline_model
 
 INTRA = {"bytes_per_s": 100e9, "latency_s": 5e-6}
 INTER = {"bytes_per_s": 10e9, "latency_s": 10e-6}
@@ -23,21 +23,21 @@ def timeline(gradients, forward=0.25, backward=0.7, optimizer=0.05):
 
 
 def test_a_ring_inside_a_node_moves_2_g_minus_1_over_g_of_the_buffer():
-    time = predict_scaling.allreduce_time(80e6, 1, 8, BASE)
+    time = timeline_model.allreduce_time(80e6, 1, 8, BASE)
     assert time == pytest.approx(14 * 5e-6 + 2 * 7 / 8 * 80e6 / 100e9)
-    assert predict_scaling.allreduce_time(80e6, 1, 1, BASE) == 0
+    assert timeline_model.allreduce_time(80e6, 1, 1, BASE) == 0
 
 
 def test_across_nodes_the_slowest_link_carries_the_ring_and_latency_counts_its_steps():
     # 4 nodes of 2: the node's NIC (10 GB/s) is slower than the link inside.
-    ring = predict_scaling.allreduce_time(80e6, 4, 2, BASE)
+    ring = timeline_model.allreduce_time(80e6, 4, 2, BASE)
     inter_steps = 2 * 4
     assert ring == pytest.approx(inter_steps * 10e-6 + (14 - inter_steps) * 5e-6
                                  + 2 * 7 / 8 * 80e6 / 10e9)
-    one_per_node = predict_scaling.allreduce_time(80e6, 4, 1, BASE)
+    one_per_node = timeline_model.allreduce_time(80e6, 4, 1, BASE)
     assert one_per_node == pytest.approx(6 * 10e-6 + 2 * 3 / 4 * 80e6 / 10e9)
-    hierarchical = predict_scaling.allreduce_time(80e6, 4, 2, {**BASE,
-                                                               "algorithm": "hierarchical"})
+    hierarchical = timeline_model.allreduce_time(80e6, 4, 2, {**BASE,
+                                                              "algorithm": "hierarchical"})
     assert hierarchical == pytest.approx(2 * (5e-6 + 40e6 / 100e9)
                                          + 6 * (10e-6 + 20e6 / 10e9))
 
@@ -48,10 +48,10 @@ def test_gradients_ready_early_hide_behind_the_backward_pass():
     compute = 1.0
     early = timeline([[0.0, 1e9]])
     late = timeline([[1.0, 1e9]])
-    comm = predict_scaling.allreduce_time(1e9, 2, 1, BASE)
+    comm = timeline_model.allreduce_time(1e9, 2, 1, BASE)
     assert comm < 0.7
-    hidden = predict_scaling.simulate_step(early, compute, 2, 1, BASE)
-    exposed = predict_scaling.simulate_step(late, compute, 2, 1, BASE)
+    hidden = timeline_model.simulate_step(early, compute, 2, 1, BASE)
+    exposed = timeline_model.simulate_step(late, compute, 2, 1, BASE)
     assert hidden["step_s"] == pytest.approx(compute)
     assert exposed["step_s"] == pytest.approx(compute + comm)
     for step in (hidden, exposed):
@@ -62,8 +62,8 @@ def test_gradients_ready_early_hide_behind_the_backward_pass():
 def test_fusion_joins_what_is_ready_in_one_cycle_up_to_the_threshold():
     gradients = timeline([[1.0, 10e6]] * 8)
     net = {**BASE, "cycle_s": 1e-3, "op_latency_s": 1e-3}
-    fused = predict_scaling.simulate_step(gradients, 1.0, 2, 1, {**net, "fusion_bytes": 40e6})
-    alone = predict_scaling.simulate_step(gradients, 1.0, 2, 1, {**net, "fusion_bytes": 0})
+    fused = timeline_model.simulate_step(gradients, 1.0, 2, 1, {**net, "fusion_bytes": 40e6})
+    alone = timeline_model.simulate_step(gradients, 1.0, 2, 1, {**net, "fusion_bytes": 0})
     assert fused["allreduces"] == 2 and alone["allreduces"] == 8
     # Each allreduce pays the fixed cost and the ring's two steps of latency:
     # six more of them.
@@ -72,18 +72,18 @@ def test_fusion_joins_what_is_ready_in_one_cycle_up_to_the_threshold():
 
 def test_a_reducer_without_a_cycle_starts_each_bucket_when_it_is_full():
     gradients = timeline([[0.0, 30e6], [0.5, 30e6], [1.0, 30e6]])
-    step = predict_scaling.simulate_step(gradients, 1.0, 1, 8, {**BASE, "fusion_bytes": 25e6})
+    step = timeline_model.simulate_step(gradients, 1.0, 1, 8, {**BASE, "fusion_bytes": 25e6})
     assert step["allreduces"] == 3
-    last = predict_scaling.allreduce_time(30e6, 1, 8, BASE)
+    last = timeline_model.allreduce_time(30e6, 1, 8, BASE)
     assert step["step_s"] == pytest.approx(0.25 + 0.7 + last + 0.05)
 
 
 def test_fp16_halves_the_bytes_and_one_rank_costs_nothing():
     gradients = timeline([[1.0, 1e9]])
-    full = predict_scaling.simulate_step(gradients, 1.0, 2, 1, BASE)
-    half = predict_scaling.simulate_step(gradients, 1.0, 2, 1, {**BASE, "fp16": True})
+    full = timeline_model.simulate_step(gradients, 1.0, 2, 1, BASE)
+    half = timeline_model.simulate_step(gradients, 1.0, 2, 1, {**BASE, "fp16": True})
     assert half["comm_s"] == pytest.approx(full["comm_s"] / 2, rel=1e-3)
-    assert predict_scaling.simulate_step(gradients, 1.0, 1, 1, BASE)["step_s"] == 1.0
+    assert timeline_model.simulate_step(gradients, 1.0, 1, 1, BASE)["step_s"] == 1.0
 
 
 def test_a_described_cluster_with_a_nic_per_gpu_scales_the_node_link_with_its_gpus():
