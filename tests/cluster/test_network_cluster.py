@@ -269,6 +269,42 @@ def test_a_firewall_that_passes_ssh_alone_is_named_in_one_line(ssh_alone_on_b, l
     assert "started" not in result.stdout and elapsed < 30
 
 
+@contextlib.contextmanager
+def jumbo_frames_on_eth2():
+    """eth2 set to jumbo frames on both hosts, its bridge not. Every TCP
+    segment leaves as a frame of its own (gso_max_segs 1): Linux's bridge
+    forwards a GSO packet without checking its segments against the MTU, so
+    some large transfers would pass where a switch drops every frame."""
+    def set_eth2(mtu: str, segments: str) -> None:
+        for host in "ab":
+            subprocess.run(["ip", "-n", f"hvt-{host}", "link", "set", "eth2", "mtu", mtu,
+                            "gso_max_segs", segments], check=True, timeout=30)
+    set_eth2("9000", "1")
+    try:
+        yield
+    finally:
+        set_eth2("1500", "65535")
+
+
+@pytest.mark.cluster
+def test_a_network_that_loses_full_size_packets_is_named_as_an_mtu_mismatch(
+        two_network_cluster):
+    """Connections and small packets pass, full-size ones vanish (ssh runs
+    over eth0): named, where upstream's probe passed it and the job hung."""
+    with jumbo_frames_on_eth2():
+        result = launch_from_a("-np", "2", "-H", "a:1,b:1", str(BIN / "python"), "-c",
+                               "print('started')", HVT_NETWORK_INTERFACE="eth2", timeout=60)
+    assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith(("launch: error: network interface eth2 cannot carry the job: a "
+                            "cannot reach b: ", "launch: error: network interface eth2 cannot "
+                            "carry the job: b cannot reach a: ")), line
+    assert line.endswith(": small packets pass and full-size ones are lost: an MTU mismatch on "
+                         "the path (e.g. jumbo frames on the hosts, not on the switch): set one "
+                         "MTU on the hosts and every switch between them"), line
+    assert "started" not in result.stdout
+
+
 @pytest.fixture
 def second_address_on_b(cluster):
     """b's eth0 also carries an address on another subnet (a re-addressing)."""
