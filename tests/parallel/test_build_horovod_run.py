@@ -105,6 +105,60 @@ def test_channels_last_tensors_reduce_and_broadcast_as_contiguous_ones(tmp_path)
     assert result.stdout.count("channels_last ok") == 2
 
 
+# Rank 1 reaches the Gloo rendezvous server through a forwarder in its own
+# process that holds each request back a moment, so that rank 0 finishes its
+# one-rank cross_0 scope before rank 1 has finished the local scope: the
+# order in which upstream's server lost rank 1's place and kept the local
+# scope's keys for the next init.
+REINIT_RANK = """
+import os, socket, sys, threading, time
+
+def forward(listener, port):
+    def pipe(source, sink, delay):
+        try:
+            while data := source.recv(65536):
+                time.sleep(delay)
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            sink.close()
+    while True:
+        client, _ = listener.accept()
+        server = socket.create_connection(("127.0.0.1", port))
+        threading.Thread(target=pipe, args=(client, server, 0.02), daemon=True).start()
+        threading.Thread(target=pipe, args=(server, client, 0), daemon=True).start()
+
+if os.environ["HOROVOD_RANK"] == "1":
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = int(os.environ["HOROVOD_GLOO_RENDEZVOUS_PORT"])
+    threading.Thread(target=forward, args=(listener, port), daemon=True).start()
+    os.environ["HOROVOD_GLOO_RENDEZVOUS_PORT"] = str(listener.getsockname()[1])
+
+import horovod.torch as hvd, torch
+for _ in range(int(sys.argv[1])):
+    hvd.init()
+    hvd.allreduce(torch.ones(1))
+    hvd.barrier()
+    hvd.shutdown()
+print("reinit ok", flush=True)
+"""
+
+
+def test_gloo_reinit_with_one_slow_rank_does_not_abort(tmp_path):
+    """The gloo-rendezvous-scopes-apart patch: upstream's hvd.init() after
+    hvd.shutdown() aborted the process ("Fatal Python error: Aborted") when
+    one rank was a moment slower than the other, as Horovod's own
+    test_torch.py did now and then."""
+    script = tmp_path / "rank.py"
+    script.write_text(REINIT_RANK)
+    result = subprocess.run([str(BIN / "horovodrun"), "-np", "2", "-H", "localhost:2", "--gloo",
+                             sys.executable, str(script), "8"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.stdout.count("reinit ok") == 2
+
+
 def installed_frameworks() -> str:
     """The frameworks this venv's Horovod was built for, as setup.sh recorded."""
     record = Path(sys.prefix) / build_horovod.BUILD_RECORD
