@@ -190,6 +190,26 @@ def cluster(emulated) -> dict:
 
 
 @contextlib.contextmanager
+def firewall_on_b(ssh_port: int, *open_ports: str):
+    """Host b lets in ssh, the `open_ports` ranges (TCP and UDP) and what
+    answers its own connections, nothing else."""
+    rules = [["INPUT", "-i", "lo", "-j", "ACCEPT"],
+             ["INPUT", "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"],
+             ["INPUT", "-p", "tcp", "--dport", str(ssh_port), "-j", "ACCEPT"],
+             *[["INPUT", "-p", proto, "--dport", ports, "-j", "ACCEPT"]
+               for ports in open_ports for proto in ("tcp", "udp")],
+             ["INPUT", "-j", "DROP"]]
+    iptables = ["ip", "netns", "exec", "hvt-b", "iptables"]
+    for rule in rules:
+        subprocess.run([*iptables, "-A", *rule], check=True, timeout=30)
+    try:
+        yield
+    finally:
+        for rule in reversed(rules):
+            subprocess.run([*iptables, "-D", *rule], check=True, timeout=30)
+
+
+@contextlib.contextmanager
 def interface_renamed(host: str, old: str, new: str):
     """An emulated host's interface under another name for a block, as on
     nodes whose interface names differ (down, renamed, up: its address and

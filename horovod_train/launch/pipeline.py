@@ -166,10 +166,16 @@ def rank_environment(starter: str, choice: network.Choice | None,
     settings and its ports inside HVT_PORTS, where the user set none; for
     ranks that srun starts (no mpirun), also what horovodrun's mpirun would
     give them and the chosen network, where neither the user nor the site's
-    files set them."""
+    files set them, and Slurm's PMIx kept off ports of its own in a range."""
     ports = port_environment(env)
     if starter == "srun":
-        return {**ports, **openmpi.srun_rank_environment(env, choice.cidrs if choice else None)}
+        # Slurm's PMIx servers connect to each other on ports of their own,
+        # outside any range; inside one they go through slurmd's port, which
+        # a site that runs Slurm has open.
+        pmix = {"SLURM_PMIX_DIRECT_CONN": "false"} \
+            if ports and "SLURM_PMIX_DIRECT_CONN" not in env else {}
+        return {**ports, **pmix,
+                **openmpi.srun_rank_environment(env, choice.cidrs if choice else None)}
     return {**ports, **{name: value for name, value in openmpi.project_environment().items()
                         if name not in env}}
 

@@ -16,7 +16,7 @@ import subprocess
 import time
 
 import pytest
-from conftest import BIN, EMULATE, REPO, interface_renamed, run_on
+from conftest import BIN, EMULATE, REPO, firewall_on_b, interface_renamed, run_on
 from entry_faults import NETWORK_LOCAL, NETWORK_MISSING
 
 from horovod_train.core import interfaces
@@ -220,26 +220,6 @@ def test_a_renamed_interface_does_not_stop_the_next_literal_command(cluster):
     assert " on a eth0, b ens5 (chosen)" in second.stdout.splitlines()[0]
     assert [line.split()[:2] for line in rank_lines(second.stdout)] == [
         ["a", "HOROVOD_GLOO_IFACE=eth0"], ["b", "HOROVOD_GLOO_IFACE=ens5"]]
-
-
-@contextlib.contextmanager
-def firewall_on_b(ssh_port: int, *open_ports: str):
-    """Host b lets in ssh, the `open_ports` ranges (TCP and UDP) and what
-    answers its own connections, nothing else."""
-    rules = [["INPUT", "-i", "lo", "-j", "ACCEPT"],
-             ["INPUT", "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"],
-             ["INPUT", "-p", "tcp", "--dport", str(ssh_port), "-j", "ACCEPT"],
-             *[["INPUT", "-p", proto, "--dport", ports, "-j", "ACCEPT"]
-               for ports in open_ports for proto in ("tcp", "udp")],
-             ["INPUT", "-j", "DROP"]]
-    iptables = ["ip", "netns", "exec", "hvt-b", "iptables"]
-    for rule in rules:
-        subprocess.run([*iptables, "-A", *rule], check=True, timeout=30)
-    try:
-        yield
-    finally:
-        for rule in reversed(rules):
-            subprocess.run([*iptables, "-D", *rule], check=True, timeout=30)
 
 
 @pytest.fixture

@@ -17,12 +17,13 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import BIN, REPO, interface_renamed
+from conftest import BIN, REPO, firewall_on_b, interface_renamed
 from entry_faults import BAD_TRAINER_OPTION, NETWORK_LOCAL, NETWORK_MISSING, SSH_REFUSED_ON_B
 
 from horovod_train.core.errors import RunFailed, UserError
 from horovod_train.core.interfaces import Interface
 from horovod_train.core.slurm_tasks import expand_tasks_per_node
+from horovod_train.emulation import slurm as slurm_emulation
 from horovod_train.launch import network, openmpi, slurm, slurm_plan
 from horovod_train.launch.allocation import Allocation, allocation_from_env, node_hostnames
 from horovod_train.launch.hosts import Host
@@ -687,6 +688,26 @@ def without_pmix(local_slurm):
     finally:
         for link, target in taken.items():
             link.symlink_to(target)
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("launcher", ["srun", "horovodrun"])
+def test_a_job_trains_inside_the_port_range_a_firewall_opens(
+        local_slurm, decoy_cluster, small_mnist_dir, tmp_path, launcher):
+    """HVT_PORTS from a Slurm job: b lets in ssh, Slurm's own daemons and
+    the range alone; the ranks (Open MPI's transport and daemons under
+    srun, Horovod's services and Gloo under horovodrun) keep inside it."""
+    slurm_ports = f"{slurm_emulation.SLURMCTLD_PORT}:{slurm_emulation.SLURMDBD_PORT}"
+    variables = {"HVT_PORTS": "50000-50200", "HVT_PROBE_CONNECT_TIMEOUT_S": "1",
+                 **(OVER_SSH if launcher == "horovodrun" else {})}
+    with firewall_on_b(22, slurm_ports, "50000:50200"):
+        job_id = local_slurm.sbatch(tmp_path, trainer(small_mnist_dir, tmp_path / "run", 1),
+                                    **variables)
+        final = local_slurm.wait(job_id, ENDED, timeout_s=180)
+    log = (tmp_path / f"horovod-{job_id}.out").read_text()
+    assert final["JobState"] == "COMPLETED" and final["ExitCode"] == "0:0", log[-3000:]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["size"] == 4 and summary["weights_identical"] is True
 
 
 @pytest.fixture
