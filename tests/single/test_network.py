@@ -433,6 +433,19 @@ def test_srun_ranks_get_horovodruns_open_mpi_settings_where_nothing_set_them(tmp
     assert bare["OMPI_MCA_btl_tcp_if_include"] == "10.0.0.0/24"
 
 
+@pytest.mark.parametrize("starter, env, pmix", [
+    ("srun", {"HVT_PORTS": "50000-50200"}, "false"),
+    ("srun", {"HVT_PORTS": "50000-50200", "SLURM_PMIX_DIRECT_CONN": "true"}, None),
+    ("srun", {}, None),
+    ("horovodrun", {"HVT_PORTS": "50000-50200"}, None),
+], ids=["srun in a range", "the user's own", "no range", "horovodrun"])
+def test_slurms_pmix_leaves_ports_of_its_own_inside_a_range(tmp_path, starter, env, pmix):
+    env = {"OMPI_MCA_mca_param_files": str(tmp_path / "x"), **env}
+    ranks = pipeline.rank_environment(starter, network.decide(RENAMED, everything_answers), env)
+    assert ranks.get("SLURM_PMIX_DIRECT_CONN") == pmix
+    assert ("OMPI_MCA_btl_tcp_port_min_v4" in ranks) == ("HVT_PORTS" in env)
+
+
 # --- the project's Horovod, where names differ per host -------------------------
 
 def test_horovods_networks_become_this_hosts_names_before_it_starts():
