@@ -23,7 +23,6 @@ nothing fitted, and keeps the two bounds beside the estimate.
 """
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -31,7 +30,7 @@ from pathlib import Path
 from benchmarks import ring_model, timeline_model
 from benchmarks.machine import machine_record
 from horovod_train.core.atomic import atomic_write_bytes, atomic_write_json
-from horovod_train.core.errors import ArgumentParser, UserError, run_main
+from horovod_train.core.errors import ArgumentParser, UserError, read_json, run_main
 from horovod_train.core.options import non_negative_float, positive_float
 
 PROG = "predict_scaling"
@@ -55,14 +54,7 @@ def parse_layouts(text: str) -> list[tuple[int, int]]:
 
 def load_results(path: Path) -> dict:
     """The parts of a results.json the model needs, checked."""
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise UserError(f"{path}: cannot read: {err}") from None
-    except json.JSONDecodeError as err:
-        raise UserError(f"{path}: not JSON ({err.msg} at line {err.lineno})") from None
+    data = read_json(path)
     if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
         raise UserError(f"{path}: not a results.json of benchmarks/run_matrix.sh "
                         f"(schema_version {SCHEMA_VERSION})")

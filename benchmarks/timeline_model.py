@@ -15,26 +15,18 @@ stay beside the estimate as a check: no overlap (every gradient ready at
 the backward's end) and full overlap.
 """
 
-import json
 import math
 import statistics
 from pathlib import Path
 
-from horovod_train.core.errors import UserError
+from horovod_train.core.errors import UserError, read_json
 
 PHASES = 8  # of Horovod's cycle against the step, averaged over
 
 
 def load_timeline(path: Path) -> dict:
     """A backward timeline of benchmarks/measure_timeline.py, checked."""
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise UserError(f"{path}: cannot read: {err}") from None
-    except json.JSONDecodeError as err:
-        raise UserError(f"{path}: not JSON ({err.msg} at line {err.lineno})") from None
+    data = read_json(path)
     shares = data.get("shares") if isinstance(data, dict) else None
     gradients = data.get("gradients") if isinstance(data, dict) else None
     if (not isinstance(shares, dict)

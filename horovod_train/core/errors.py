@@ -16,6 +16,7 @@ python3 import it."""
 
 import argparse
 import atexit
+import json
 import os
 import sys
 import threading
@@ -42,6 +43,19 @@ class RunFailed(Exception):
 # The `prog` of the exit_code() running now (innermost last), for a line said
 # before the error reaches it (program()).
 _RUNNING: list[str] = []
+
+
+def read_json(path: Path) -> object:
+    """A JSON file read as input: missing, unreadable or not JSON is bad
+    input, in one line naming the file."""
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise UserError(f"{path}: cannot read: {err}") from None
+    except json.JSONDecodeError as err:
+        raise UserError(f"{path}: not JSON ({err.msg} at line {err.lineno})") from None
 
 
 class ArgumentParser(argparse.ArgumentParser):
