@@ -6,15 +6,18 @@ largest, counted as nccl-tests and benchmarks/allreduce_bench.py count it:
     algbw = bytes / time of the slowest rank;  busbw = algbw * 2(n-1)/n
 
 busbw is what each rank's link carried, comparable with the link's rate.
-On GPUs where the build has NCCL (one per local rank), on the CPU else.
+On GPUs where the build has NCCL (one per rank, taken as the trainer takes
+it), on the CPU else.
 
     horovodrun -np 4 -H a:2,b:2 python -m horovod_train.torch.allreduce_check
 """
 
 import json
+import socket
 import time
 
 from horovod_train.core.errors import ArgumentParser, RunFailed, run_main
+from horovod_train.torch import gpu
 
 SIZES_MB = (4, 32)
 ITERATIONS = 3
@@ -35,7 +38,7 @@ def main() -> int:
 
     hvd.init()
     cuda = not args.no_cuda and hvd.nccl_built() and torch.cuda.is_available()
-    device = torch.device("cuda", hvd.local_rank()) if cuda else torch.device("cpu")
+    device = gpu.take_gpu(hvd, torch, socket.gethostname()) if cuda else torch.device("cpu")
     ranks, expected = hvd.size(), hvd.size() * (hvd.size() + 1) / 2
     rows = []
     for size_mb in SIZES_MB:

@@ -2,7 +2,8 @@
 the CUDA release torch and Horovod were built with, the GPU's compute
 capability must be among the architectures Horovod's CUDA kernels were
 compiled for (setup's --cuda-archs, recorded in the environment's
-horovod-build.json), and every rank of the host needs a GPU of its own.
+horovod-build.json), and every rank of the host needs a GPU of its own,
+whether it sees every GPU of the host or only the one it is bound to.
 Otherwise the first CUDA call fails deep inside torch (a driver too old
 makes CUDA quietly unavailable), inside a Horovod kernel launch ("no kernel
 image is available") or in NCCL (two ranks on one GPU), or a GPU build
@@ -13,6 +14,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 from horovod_train.core.errors import UserError
 from horovod_train.torch import nvidia_driver
@@ -86,14 +88,79 @@ def no_gpu_problem(host: str, driver_found: bool) -> str:
             "docker/compose.gpu.yaml, srun --gpus-per-task), or train on the CPU with --no-cuda")
 
 
-def gpu_count_problem(host: str, local_ranks: int, gpus: int) -> str | None:
-    """More ranks on a host than GPUs it sees: NCCL refuses two ranks on one
-    GPU, and sharing one would only slow both."""
+def gpu_count_problem(host: str, local_ranks: int, gpus: int,
+                      devices: str | None = None) -> str | None:
+    """More ranks on a host than GPUs it sees, where every rank sees them
+    all: NCCL refuses two ranks on one GPU, and sharing one would only slow
+    both. `devices`: what the host's ranks were given (default: this
+    process's CUDA_VISIBLE_DEVICES)."""
     if local_ranks <= gpus:
         return None
     return (f"host {host} runs {local_ranks} ranks and sees {gpus} GPU{'s' if gpus != 1 else ''} "
-            f"({visible_devices()}): one GPU per rank; give it at most {gpus} "
+            f"({devices or visible_devices()}): one GPU per rank; give it at most {gpus} "
             f"(-H {host}:{gpus}) or more GPUs")
+
+
+def device_index(local_rank: int, visible: int) -> int | None:
+    """The GPU a rank takes among the `visible` ones it sees: the only one
+    where it sees one (a rank bound to its own GPU: Slurm's
+    --gpus-per-task=1, a pod per GPU, a wrapper setting CUDA_VISIBLE_DEVICES
+    per rank), else the one of its local rank; None where there is none for
+    it. Whether another rank of the host took the same physical GPU,
+    binding_problem tells once every rank has said."""
+    if visible == 1:
+        return 0
+    return local_rank if local_rank < visible else None
+
+
+class Taken(NamedTuple):
+    """What one rank says of its GPU, gathered from every rank."""
+    host: str
+    gpu: str | None  # its identity (UUID), None: no GPU left for this rank
+    visible: int  # how many GPUs the rank sees
+    devices: str  # how it was given them (CUDA_VISIBLE_DEVICES)
+
+
+def binding_problem(taken: list[Taken]) -> str | None:
+    """Every rank's GPU, in rank order: a host whose ranks outnumber the
+    GPUs they see, or two ranks of a host on one GPU (NCCL would refuse
+    them, or both would run at half speed), named in one line with the ways
+    to one GPU each; None where each rank has a GPU of its own."""
+    for said in taken:
+        if said.gpu is None:
+            ranks_there = sum(other.host == said.host for other in taken)
+            return gpu_count_problem(said.host, ranks_there, said.visible, said.devices)
+    first_on: dict[tuple[str, str], int] = {}
+    for rank, said in enumerate(taken):
+        where = (said.host, said.gpu)
+        if where in first_on:
+            return (f"host {said.host}: ranks {first_on[where]} and {rank} both took GPU "
+                    f"{said.gpu} ({said.devices}): one GPU per rank; let each rank see every "
+                    "GPU of the host (it takes the one of its local rank) or bind one each "
+                    "(srun --gpus-per-task=1, CUDA_VISIBLE_DEVICES per rank), or run fewer "
+                    "ranks there")
+        first_on[where] = rank
+    return None
+
+
+def gpu_identity(torch, device) -> str:
+    """A GPU's identity across processes that number it apart: its UUID."""
+    return f"GPU-{torch.cuda.get_device_properties(device).uuid}"
+
+
+def take_gpu(hvd, torch, host: str):
+    """This rank's GPU (device_index), after every rank has said which it
+    took (one allgather) and binding_problem found none: so every rank
+    refuses alike, in one line, or none does."""
+    visible = torch.cuda.device_count()
+    index = device_index(hvd.local_rank(), visible)
+    device = torch.device("cuda", index if index is not None else 0)
+    mine = Taken(host, gpu_identity(torch, device) if index is not None else None, visible,
+                 visible_devices())
+    problem = binding_problem(hvd.allgather_object(mine, name="gpus"))
+    if problem:
+        raise UserError(problem)
+    return device
 
 
 def check_driver(torch) -> int | None:

@@ -33,7 +33,7 @@ NCCL_OUTPUT = nccl_report.DebugOutput()
 
 def init(use_cuda: bool, threads: int | None,
          seed: int) -> tuple[runtime.Runtime, torch.device]:
-    """hvd.init(), one GPU per local rank (or the CPU), CPU threads shared out
+    """hvd.init(), one GPU per rank (or the CPU), CPU threads shared out
     among the ranks of a host, and the same seed everywhere so every rank
     builds the same initial model (rank 0's is broadcast anyway)."""
     allocator.keep_freed_memory()
@@ -50,11 +50,7 @@ def init(use_cuda: bool, threads: int | None,
         NCCL_OUTPUT.start()
     runtime.init_horovod(hvd, cpu_tensors=not use_cuda)
     if use_cuda:
-        problem = gpu.gpu_count_problem(socket.gethostname(), hvd.local_size(),
-                                        torch.cuda.device_count())
-        if problem:
-            raise UserError(problem)
-        device = torch.device("cuda", hvd.local_rank())
+        device = gpu.take_gpu(hvd, torch, socket.gethostname())
         torch.cuda.set_device(device)
         gpu.check_architecture(torch, device)
     else:

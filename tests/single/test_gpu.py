@@ -77,6 +77,53 @@ def test_more_ranks_on_a_host_than_gpus_is_one_line_naming_all_three(monkeypatch
     assert gpu.gpu_count_problem("a", 1, 8) is None
 
 
+# --- which GPU each rank takes: by identity, not by counting -----------------------
+
+HOST_GPUS = ["GPU-aaaa", "GPU-bbbb", "GPU-cccc", "GPU-dddd"]  # one host's, by UUID
+
+
+def rank_says(host: str, local_rank: int, given: str | None) -> gpu.Taken:
+    """What a rank says of its GPU, from what it was given: CUDA_VISIBLE_DEVICES
+    (None: unset, it sees every GPU of the host) and the host's GPUs' UUIDs."""
+    visible = HOST_GPUS if given is None else [HOST_GPUS[int(i)] for i in given.split(",")]
+    index = gpu.device_index(local_rank, len(visible))
+    devices = "CUDA_VISIBLE_DEVICES unset" if given is None else f"CUDA_VISIBLE_DEVICES={given!r}"
+    return gpu.Taken(host, visible[index] if index is not None else None, len(visible), devices)
+
+
+def test_ranks_that_see_every_gpu_take_their_local_ranks():
+    taken = [rank_says(host, local, None) for host in "ab" for local in range(4)]
+    assert [said.gpu for said in taken[:4]] == HOST_GPUS
+    assert gpu.binding_problem(taken) is None
+
+
+def test_ranks_bound_one_gpu_each_train():
+    """Slurm's --gpus-per-task=1, a pod per GPU, a wrapper's per-rank
+    CUDA_VISIBLE_DEVICES: each rank sees one GPU, its own."""
+    taken = [rank_says(host, local, str(local)) for host in "ab" for local in range(4)]
+    assert all(said.visible == 1 for said in taken)
+    assert [said.gpu for said in taken[4:]] == HOST_GPUS
+    assert gpu.binding_problem(taken) is None
+
+
+def test_two_ranks_on_one_gpu_are_one_line_naming_host_ranks_and_gpu():
+    taken = [rank_says("a", 0, "0"), rank_says("a", 1, "1"), rank_says("b", 0, "2"),
+             rank_says("b", 1, "2")]
+    assert gpu.binding_problem(taken) == (
+        "host b: ranks 2 and 3 both took GPU GPU-cccc (CUDA_VISIBLE_DEVICES='2'): one GPU per "
+        "rank; let each rank see every GPU of the host (it takes the one of its local rank) or "
+        "bind one each (srun --gpus-per-task=1, CUDA_VISIBLE_DEVICES per rank), or run fewer "
+        "ranks there")
+
+
+def test_more_ranks_than_the_gpus_they_see_name_the_host():
+    taken = [rank_says("a", local, "0,1") for local in range(4)]
+    assert [said.gpu for said in taken] == ["GPU-aaaa", "GPU-bbbb", None, None]
+    assert gpu.binding_problem(taken) == (
+        "host a runs 4 ranks and sees 2 GPUs (CUDA_VISIBLE_DEVICES='0,1'): one GPU per rank; "
+        "give it at most 2 (-H a:2) or more GPUs")
+
+
 def test_a_gpu_build_without_a_gpu_names_the_host_and_the_way_to_the_cpu(monkeypatch):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     message = gpu.no_gpu_problem("b", driver_found=False)
