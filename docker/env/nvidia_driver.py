@@ -4,10 +4,14 @@ driver is too old with its ways out. One file for the two places that
 check: the GPU image's entrypoint (check_driver.py beside this file, before
 any of the project is in the container) and the trainer and the preflight
 (horovod_train/torch/gpu.py, which imports this file through a link in the
-package). Standard library only."""
+package); and setup's choice of torch's CUDA major by the driver, before it
+installs anything (setup.sh runs this file: --choose-cuda). Standard library
+only."""
 
+import argparse
 import ctypes
 import re
+import sys
 from pathlib import Path
 
 DRIVER_VERSION_FILE = Path("/proc/driver/nvidia/version")
@@ -73,3 +77,67 @@ def driver_problem(supported: int, needed: str, driver: str | None, built: str,
             + (f": {cuda12}," if supported // 1000 == 12 else ":")
             + " update the driver (on data-centre GPUs NVIDIA's cuda-compat package also "
             f"serves), or {otherwise}")
+
+
+SETUP_DOING = "setting up torch for CUDA {major} (its own lock)"
+SETUP_OTHERWISE = "set up for the CPU (--gpu-ops none)"
+
+
+def release(driver: str) -> tuple[int, ...]:
+    """"580.65.06" -> (580, 65, 6), for comparing releases."""
+    if not re.fullmatch(r"\d+(\.\d+)*", driver):
+        raise ValueError(f"{driver!r} is not a driver release such as 580.65.06")
+    return tuple(int(part) for part in driver.split("."))
+
+
+def cuda_for_driver(driver: str, otherwise: str) -> int:
+    """The newest CUDA major the driver runs, by the first driver of each
+    (FIRST_DRIVER); a ValueError of one line when it runs none of them,
+    ending in `otherwise`, the way without a GPU."""
+    for major in sorted(FIRST_DRIVER, reverse=True):
+        if release(driver) >= release(FIRST_DRIVER[major]):
+            return major
+    oldest = min(FIRST_DRIVER)
+    raise ValueError(f"the NVIDIA driver {driver} is older than {FIRST_DRIVER[oldest]}, the first "
+                     f"of CUDA {oldest}, the oldest CUDA of any torch here: update the driver, "
+                     f"or {otherwise}")
+
+
+def choose_cuda(driver: str | None, doing: str = SETUP_DOING,
+                otherwise: str = SETUP_OTHERWISE) -> tuple[int | None, str | None]:
+    """The CUDA major to install torch for, by the driver found, and the
+    line that says why where it is not the newest; (None, None) without a
+    driver. `doing` says what the older major means ("{major}" in it), and
+    `otherwise` the way without a GPU. setup.sh's and build_image.sh's rule."""
+    if driver is None:
+        return None, None
+    major = cuda_for_driver(driver, otherwise)
+    newest = max(FIRST_DRIVER)
+    if major == newest:
+        return major, None
+    return major, (f"the NVIDIA driver {driver} predates CUDA {newest}'s first driver "
+                   f"({FIRST_DRIVER[newest]}): {doing.format(major=major)}; --cuda {newest} "
+                   "after updating the driver")
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="setup.sh", description="Print the CUDA major setup installs torch for, by the "
+        "NVIDIA driver (nothing without one).")
+    parser.add_argument("--choose-cuda", action="store_true", required=True)
+    parser.add_argument("--driver", help="the driver's release (default: the installed one's)")
+    args = parser.parse_args(argv)
+    try:
+        major, why = choose_cuda(args.driver or driver_version())
+    except ValueError as err:
+        print(f"setup.sh: error: {err}", file=sys.stderr)
+        return 2
+    if why:
+        print(f"setup.sh: {why}", file=sys.stderr)
+    if major is not None:
+        print(major)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

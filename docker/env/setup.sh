@@ -24,7 +24,8 @@ Usage: docker/env/setup.sh --venv DIR [--frameworks LIST] [--gpu-ops auto|nccl|n
                      the newest also as PTX for later GPUs
   --cuda 13|12       torch's CUDA major: 13 (the lock's torch), or 12 for drivers
                      before R580 (torch 2.10, constraints-cuda12.txt); default: what
-                     this venv has, else 13
+                     this venv has, else what the NVIDIA driver runs (12 before
+                     R580; before R525 setup stops), else 13
   --dev              add the test and lint tools
   --editable PROJECT install that project into the venv, editable, without its dependencies
   --no-apt           do not install system packages; fail if they are missing
@@ -73,6 +74,12 @@ here=$(cd "$(dirname "$0")" && pwd)
 # swap a three-framework or NCCL Horovod for a PyTorch-only or CPU one.
 [[ -n "$frameworks" ]] || frameworks=$(cat "$venv/horovod-frameworks" 2>/dev/null || echo pytorch)
 [[ -n "$gpu_ops" ]] || gpu_ops=$(cat "$venv/horovod-gpu-ops" 2>/dev/null || echo auto)
+# torch's CUDA major: what --cuda says, else what the venv has, else what
+# the NVIDIA driver runs (nvidia_driver.py's rule, said in one line; a driver
+# too old for any is refused here, before any download), else 13.
+if [[ -z "$cuda" && ! -f "$venv/horovod-cuda" && "$gpu_ops" != none ]]; then
+  cuda=$("${HVT_PYTHON:-python3}" "$here/nvidia_driver.py" --choose-cuda) || exit 2
+fi
 [[ -n "$cuda" ]] || cuda=$(cat "$venv/horovod-cuda" 2>/dev/null || echo 13)
 # Bad input is refused here, before minutes of installing.
 IFS=, read -ra wanted <<< "$frameworks"

@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 from horovod_train.core.errors import ArgumentParser, RunFailed, UserError, run_main
+from horovod_train.torch import nvidia_driver
 
 REPO = Path(__file__).resolve().parents[2]  # the checkout
 CONTEXT = REPO / "docker"  # the build context, as in `docker build docker/`
@@ -273,14 +274,30 @@ def build(args) -> None:
         f"{info['Size'] / 1e9:.2f} GB")
 
 
+def cuda_for_this_host() -> int:
+    """The GPU image's CUDA major by this host's NVIDIA driver, as setup
+    chooses (docker/env/nvidia_driver.py), said in a line where it is not
+    the newest; the newest where there is no driver."""
+    try:
+        major, why = nvidia_driver.choose_cuda(
+            nvidia_driver.driver_version(), doing="building the CUDA {major} image",
+            otherwise="build the CPU image (--device cpu), or give --cuda for the hosts "
+                      "that will run it")
+    except ValueError as err:
+        raise UserError(str(err)) from None
+    if why:
+        log(why)
+    return major or build_horovod.CUDA_MAJORS[0]
+
+
 def main(argv: list[str]) -> int:
     parser = ArgumentParser(prog="build_image.sh", description=__doc__,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", choices=["gpu", "cpu"], default="gpu")
-    parser.add_argument("--cuda", type=int, choices=build_horovod.CUDA_MAJORS,
-                        default=build_horovod.CUDA_MAJORS[0],
+    parser.add_argument("--cuda", type=int, choices=build_horovod.CUDA_MAJORS, default=None,
                         help="torch's CUDA major in the GPU image: 13, or 12 for drivers "
-                             "before R580 (default tag localhost/horovod-train:gpu-cuda12)")
+                             "before R580 (default tag localhost/horovod-train:gpu-cuda12); "
+                             "default: what this host's NVIDIA driver runs, else 13")
     parser.add_argument("--app", action="store_true",
                         help="the image that carries the code (docker/app.Dockerfile, context: "
                              "the repository root) on top of the GPU image "
@@ -299,6 +316,9 @@ def main(argv: list[str]) -> int:
                         help="fill the wheelhouse (every pinned package) and print its path; "
                              "scripts/test.sh sets up the checkout's venv from it too")
     args = parser.parse_args(argv)
+    if args.cuda is None:
+        args.cuda = cuda_for_this_host() if args.device == "gpu" and not args.app \
+            else build_horovod.CUDA_MAJORS[0]
     if args.cuda != build_horovod.CUDA_MAJORS[0] and (args.app or args.device != "gpu"):
         parser.error(f"--cuda {args.cuda} is for the GPU image (--device gpu)")
     if args.wheelhouse_only:

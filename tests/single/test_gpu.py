@@ -3,10 +3,13 @@ for the driver's CUDA release and the GPU's compute capability, checked
 here without a GPU, and the build record the trainer reads them from."""
 
 import json
+import subprocess
+import sys
 
 import pytest
+from conftest import REPO
 
-from horovod_train.torch import gpu
+from horovod_train.torch import gpu, nvidia_driver
 
 # What the default build records: every architecture torch 2.14.1+cu130 has
 # native code for, the newest also as PTX.
@@ -148,3 +151,44 @@ def test_without_an_nvidia_driver_there_is_nothing_to_check():
     import torch
 
     gpu.check_driver(torch)  # nothing to refuse
+
+
+# --- setup's CUDA major, by the driver (docker/env/nvidia_driver.py) ---------------
+
+@pytest.mark.parametrize("driver, cuda, said", [
+    ("470.256.02", None, "the NVIDIA driver 470.256.02 is older than 525.60.13, the first of "
+                         "CUDA 12, the oldest CUDA of any torch here: update the driver, or set "
+                         "up for the CPU (--gpu-ops none)"),
+    ("525.60.13", 12, "the NVIDIA driver 525.60.13 predates CUDA 13's first driver (580.65.06): "
+                      "setting up torch for CUDA 12 (its own lock); --cuda 13 after updating "
+                      "the driver"),
+    ("550.54.15", 12, None),
+    ("570.86.10", 12, None),
+    ("580.65.06", 13, None),
+    ("590.44.01", 13, None),
+    (None, None, None),
+], ids=["R470", "R525", "R550", "R570", "R580", "R590", "no driver"])
+def test_setup_takes_the_cuda_the_driver_runs(driver, cuda, said):
+    if cuda is None and driver is not None:
+        with pytest.raises(ValueError) as refused:
+            nvidia_driver.choose_cuda(driver)
+        assert str(refused.value) == said
+        return
+    major, why = nvidia_driver.choose_cuda(driver)
+    assert major == cuda
+    assert why == said or (said is None and (why is None) == (cuda != 12))
+
+
+@pytest.mark.parametrize("driver, code, out, err", [
+    ("470.256.02", 2, "", "setup.sh: error: the NVIDIA driver 470.256.02 is older than "),
+    ("550.54.15", 0, "12\n", "setup.sh: the NVIDIA driver 550.54.15 predates CUDA 13's "),
+    ("580.65.06", 0, "13\n", ""),
+    ("R580", 2, "", "setup.sh: error: 'R580' is not a driver release such as 580.65.06"),
+])
+def test_setup_asks_the_rule_in_one_line(driver, code, out, err):
+    """As setup.sh runs it, before it installs anything."""
+    result = subprocess.run([sys.executable, str(REPO / "docker" / "env" / "nvidia_driver.py"),
+                             "--choose-cuda", "--driver", driver],
+                            capture_output=True, text=True, timeout=30)
+    assert (result.returncode, result.stdout) == (code, out), result.stderr
+    assert result.stderr.startswith(err) and result.stderr.count("\n") == (1 if err else 0)
