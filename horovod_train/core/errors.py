@@ -60,10 +60,12 @@ def read_json(path: Path) -> object:
 
 class ArgumentParser(argparse.ArgumentParser):
     """argparse's parser with the convention's one line for bad options:
-    argparse would print its usage first, which --help shows anyway."""
+    argparse would print its usage first, which --help shows anyway. A
+    program behind a script (prog `submit.sh`) names itself as its other
+    errors do (`submit:`), so one program has one name."""
 
     def error(self, message: str):
-        print_error(self.prog, message)
+        print_error(self.prog.removesuffix(".sh"), message)
         sys.exit(2)
 
 

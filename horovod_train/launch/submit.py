@@ -74,8 +74,9 @@ def make_executor(args: argparse.Namespace):
                                       max_num_timeout=args.max_requeues,
                                       python=f"exec {shlex.quote(sys.executable)}")
     allocation = {"nodes": args.nodes, "ntasks_per_node": args.tasks_per_node}
-    if args.gpus_per_node:
-        allocation["gpus_per_node"] = args.gpus_per_node
+    for option in ("gpus_per_node", "gpus_per_task", "cpus_per_task"):
+        if getattr(args, option):
+            allocation[option] = getattr(args, option)
     executor.update_parameters(
         job_name=args.job_name, time=args.time, partition=args.partition,
         signal_delay_s=args.signal_delay, stderr_to_stdout=True,
@@ -145,8 +146,16 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     job.add_argument("--nodes", type=positive, default=2)
     job.add_argument("--tasks-per-node", type=positive, default=2,
                      help="Horovod ranks per node (on GPU nodes: one per GPU)")
-    job.add_argument("--gpus-per-node", type=positive, default=None,
-                     help="GPUs per node (sbatch --gpus-per-node)")
+    gpus = job.add_mutually_exclusive_group()
+    gpus.add_argument("--gpus-per-node", type=positive, default=None,
+                      help="GPUs per node (sbatch --gpus-per-node): every rank of a node sees "
+                           "them all and takes its local rank's")
+    gpus.add_argument("--gpus-per-task", type=positive, default=None,
+                      help="GPUs per rank (sbatch --gpus-per-task, 1): each rank sees its own "
+                           "and takes it")
+    job.add_argument("--cpus-per-task", type=positive, default=None,
+                     help="cores per rank, for its threads and data loaders (sbatch "
+                          "--cpus-per-task; the ranks' srun gets it too)")
     job.add_argument("--partition", default=None, help="default: the cluster's default")
     job.add_argument("--time", type=positive, default=60, help="time limit, minutes")
     job.add_argument("--job-name", default="horovod")
@@ -174,6 +183,9 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     run.add_argument("--trainer", default=slurm_plan.DEFAULT_TRAINER)
     run.add_argument("--resume", action="store_true",
                      help="start from the trainer's last checkpoint")
+    run.add_argument("--preflight", action="store_true",
+                     help="check the nodes, every pair and an allreduce over the ranks before "
+                          "they start (HVT_PREFLIGHT=1)")
     run.add_argument("--checkout", default=str(REPO), help="the checkout the nodes run")
     requeue = parser.add_argument_group("requeue")
     requeue.add_argument("--max-requeues", type=int, default=3,
@@ -195,7 +207,8 @@ def main() -> int:
                                    image=args.image, keys=args.keys, mounts=args.mounts,
                                    ssh_port=args.ssh_port, trainer=args.trainer,
                                    resume=args.resume, checkout=args.checkout,
-                                   interfaces=args.network_interface, num_proc=args.num_proc)
+                                   interfaces=args.network_interface, num_proc=args.num_proc,
+                                   preflight=args.preflight)
     if submitit is None:
         raise UserError("submitit is not installed: pip install submitit "
                         "(scripts/setup.sh installs it)")

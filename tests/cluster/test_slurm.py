@@ -24,7 +24,7 @@ from horovod_train.core.errors import RunFailed, UserError
 from horovod_train.core.interfaces import Interface
 from horovod_train.core.slurm_tasks import expand_tasks_per_node
 from horovod_train.emulation import slurm as slurm_emulation
-from horovod_train.launch import network, openmpi, slurm, slurm_plan
+from horovod_train.launch import network, openmpi, slurm, slurm_plan, submit
 from horovod_train.launch.allocation import Allocation, allocation_from_env, node_hostnames
 from horovod_train.launch.hosts import Host
 
@@ -390,6 +390,25 @@ def test_submit_help_and_bad_settings_before_submitting():
     assert bad.returncode == 2
     assert bad.stderr.strip() == ("submit: error: HVT_RUNTIME=pyxis needs HVT_IMAGE, "
                                   "the image to run")
+
+
+def test_submit_gives_ranks_their_gpus_either_way_and_asks_for_the_preflight(tmp_path):
+    pytest.importorskip("submitit")
+    args, trainer_args = submit.parse_args(
+        ["--nodes", "2", "--tasks-per-node", "4", "--gpus-per-task", "1", "--cpus-per-task", "8",
+         "--preflight", "--folder", str(tmp_path), "--", "--epochs", "1"])
+    sbatch = submit.make_executor(args).parameters["additional_parameters"]
+    assert {key: sbatch[key] for key in ("nodes", "ntasks_per_node", "gpus_per_task",
+                                          "cpus_per_task")} == {
+        "nodes": 2, "ntasks_per_node": 4, "gpus_per_task": 1, "cpus_per_task": 8}
+    assert "gpus_per_node" not in sbatch and args.preflight and trainer_args == ["--epochs", "1"]
+    per_node, _ = submit.parse_args(["--gpus-per-node", "4", "--folder", str(tmp_path)])
+    assert submit.make_executor(per_node).parameters["additional_parameters"]["gpus_per_node"] == 4
+    both = subprocess.run([str(SUBMIT), "--gpus-per-node", "4", "--gpus-per-task", "1"],
+                          capture_output=True, text=True, timeout=60)
+    assert both.returncode == 2
+    assert both.stderr.strip().splitlines() == ["submit: error: argument --gpus-per-task: not "
+                                                "allowed with argument --gpus-per-node"]
 
 
 # --- a real Slurm ------------------------------------------------------------------
