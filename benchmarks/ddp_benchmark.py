@@ -20,7 +20,7 @@ from benchmarks.machine import machine_record
 from horovod_train.core import options
 from horovod_train.core.errors import ArgumentParser, UserError, run_main
 from horovod_train.torch import options as torch_options
-from horovod_train.torch.models import MEMORY_FORMATS, MNIST_MODELS, MODELS
+from horovod_train.torch.model_names import MEMORY_FORMAT_NAMES, MNIST_MODELS, MODEL_NAMES
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -28,8 +28,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", type=Path, default=Path("data"))
     parser.add_argument("--no-download", action="store_true")
-    parser.add_argument("--model", choices=sorted(MODELS), default="mnist_cnn")
-    parser.add_argument("--memory-format", choices=sorted(MEMORY_FORMATS),
+    parser.add_argument("--model", choices=sorted(MODEL_NAMES), default="mnist_cnn")
+    parser.add_argument("--memory-format", choices=sorted(MEMORY_FORMAT_NAMES),
                         default="channels_last", help=torch_options.MEMORY_FORMAT_HELP)
     parser.add_argument("--amp", choices=torch_options.AMP_CHOICES, default="auto",
                         help=torch_options.AMP_HELP)

@@ -31,6 +31,7 @@ from horovod_train.core import runtime
 from horovod_train.core.errors import ArgumentParser, RunFailed, UserError, run_main
 from horovod_train.launch.hosts import Host, host_list, is_local, read_hostfile
 from horovod_train.torch import options as torch_options
+from horovod_train.torch.model_names import MNIST_MODELS
 
 EMULATE = CHECKOUT / "scripts" / "emulate_cluster.sh"
 TRAINER = CHECKOUT / "horovod_train" / "pytorch_mnist.py"
@@ -185,8 +186,6 @@ def controller(settings: MatrixSettings, nodes: int) -> str | None:
     Horovod's negotiation costs less over MPI (the figures: docs/benchmarks.md).
     Within a host MPI's shared memory wins. On GPUs NCCL carries the
     gradients either way."""
-    from horovod_train.torch.models import MNIST_MODELS
-
     if settings.horovod.controller != "auto":
         return settings.horovod.controller
     bandwidth_bound = settings.workload.model not in MNIST_MODELS

@@ -28,7 +28,7 @@ from benchmarks.machine import machine_record
 from horovod_train.core import options
 from horovod_train.core.atomic import atomic_write_json
 from horovod_train.core.errors import ArgumentParser, UserError, run_main
-from horovod_train.torch.models import MNIST_MODELS
+from horovod_train.torch.model_names import MNIST_MODELS
 
 PROG = "trainer_throughput.py"
 GENERATED_SAMPLES = 60_000  # the size of MNIST's training set

@@ -3,6 +3,8 @@
 import torch
 from torch import nn
 
+from horovod_train.torch.model_names import MNIST_MODELS
+
 
 class MnistCNN(nn.Module):
     """Two conv blocks with batch norm and a small classifier: small enough
@@ -67,15 +69,12 @@ def resnet(depth: int):
 
 MODELS = {"mnist_cnn": MnistCNN, "horovod_example": HorovodExampleNet,
           "resnet18": resnet(18), "resnet50": resnet(50)}
-MNIST_MODELS = ("mnist_cnn", "horovod_example")
 
 
 # How a model keeps its convolution weights, and so the layout its
 # activations take: channels_last (NHWC) is what oneDNN's CPU convolutions
-# and the GPUs' tensor cores run fastest for most convolution nets.
-# Measured on a 2-core CPU, one thread, batch 64: a step of mnist_cnn takes
-# 0.69 of its contiguous (NCHW) time, horovod_example 0.73, ResNet-18 on
-# 32x32 images 1.07, a little slower (benchmarks/memory_format_speed.py).
+# and the GPUs' tensor cores run fastest for most convolution nets (the
+# figures: docs/benchmarks.md#memory-format).
 MEMORY_FORMATS = {"channels_last": torch.channels_last, "contiguous": torch.contiguous_format}
 
 

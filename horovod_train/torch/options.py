@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from horovod_train.core import options
 from horovod_train.core.config import FrameworkOptions, Placement, RunConfig
+from horovod_train.torch.model_names import MEMORY_FORMAT_NAMES, MNIST_MODELS, MODEL_NAMES
 from horovod_train.torch.presets import PRESETS, describe_preset
 
 PROG = "pytorch_mnist.py"
@@ -21,7 +22,7 @@ AMP_HELP = ("mixed precision of the forward and backward passes: auto (the defau
             "on GPUs that have it, fp16 with loss scaling on other GPUs, off on the CPU; "
             "bf16 also runs on the CPU; fp16 needs a GPU")
 
-# The trainer's and the DDP baseline's --memory-format (models.MEMORY_FORMATS).
+# The trainer's and the DDP baseline's --memory-format (model_names.MEMORY_FORMAT_NAMES).
 MEMORY_FORMAT_HELP = ("layout of the convolution weights and activations: channels_last "
                       "(NHWC) is faster on CPUs (oneDNN) and what GPUs' tensor cores want; "
                       "contiguous (NCHW) is PyTorch's own default")
@@ -97,8 +98,6 @@ class PyTorchOptions(FrameworkOptions):
 
     def problem(self, config: RunConfig, placement: Placement | None) -> str | None:
         """The clashes of the PyTorch trainer's own options (config.validate's)."""
-        from horovod_train.torch.models import MNIST_MODELS
-
         torch, bench = self.torch, self.benchmark
         for mode, on in (("--elastic", torch.elastic),
                          ("--benchmark-steps", bench.steps is not None)):
@@ -156,16 +155,13 @@ def add_benchmark_options(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    # The networks' names come with PyTorch: imported here, not at import.
-    from horovod_train.torch.models import MEMORY_FORMATS, MODELS
-
     parser = options.base_parser(PROG, "Train MNIST with PyTorch and Horovod.")
     parser.epilog += (
         " PyTorch's ranks also keep the memory a step frees for the next step, in glibc's "
         "malloc (HVT_MALLOC=glibc keeps glibc's own behaviour).")
     torch_options = parser.add_argument_group("pytorch")
-    torch_options.add_argument("--model", choices=sorted(MODELS), default="mnist_cnn")
-    torch_options.add_argument("--memory-format", choices=sorted(MEMORY_FORMATS),
+    torch_options.add_argument("--model", choices=sorted(MODEL_NAMES), default="mnist_cnn")
+    torch_options.add_argument("--memory-format", choices=sorted(MEMORY_FORMAT_NAMES),
                                default="channels_last", help=MEMORY_FORMAT_HELP)
     torch_options.add_argument("--amp", choices=AMP_CHOICES, default="auto", help=AMP_HELP)
     torch_options.add_argument("--use-mixed-precision", action="store_true",
