@@ -155,28 +155,29 @@ def test_without_an_nvidia_driver_there_is_nothing_to_check():
 
 # --- setup's CUDA major, by the driver (docker/env/nvidia_driver.py) ---------------
 
+# The line for a driver that gets the CUDA 12 variant.
+CUDA12_SAID = ("the NVIDIA driver {} predates CUDA 13's first driver (580.65.06): setting up "
+               "torch for CUDA 12 (its own lock); --cuda 13 after updating the driver")
+
+
 @pytest.mark.parametrize("driver, cuda, said", [
-    ("470.256.02", None, "the NVIDIA driver 470.256.02 is older than 525.60.13, the first of "
-                         "CUDA 12, the oldest CUDA of any torch here: update the driver, or set "
-                         "up for the CPU (--gpu-ops none)"),
-    ("525.60.13", 12, "the NVIDIA driver 525.60.13 predates CUDA 13's first driver (580.65.06): "
-                      "setting up torch for CUDA 12 (its own lock); --cuda 13 after updating "
-                      "the driver"),
-    ("550.54.15", 12, None),
-    ("570.86.10", 12, None),
+    ("525.60.13", 12, CUDA12_SAID.format("525.60.13")),
+    ("550.54.15", 12, CUDA12_SAID.format("550.54.15")),
+    ("570.86.10", 12, CUDA12_SAID.format("570.86.10")),
     ("580.65.06", 13, None),
     ("590.44.01", 13, None),
     (None, None, None),
-], ids=["R470", "R525", "R550", "R570", "R580", "R590", "no driver"])
+], ids=["R525", "R550", "R570", "R580", "R590", "no driver"])
 def test_setup_takes_the_cuda_the_driver_runs(driver, cuda, said):
-    if cuda is None and driver is not None:
-        with pytest.raises(ValueError) as refused:
-            nvidia_driver.choose_cuda(driver)
-        assert str(refused.value) == said
-        return
-    major, why = nvidia_driver.choose_cuda(driver)
-    assert major == cuda
-    assert why == said or (said is None and (why is None) == (cuda != 12))
+    assert nvidia_driver.choose_cuda(driver) == (cuda, said)
+
+
+def test_a_driver_older_than_every_cuda_is_refused_in_one_line():
+    with pytest.raises(ValueError) as refused:
+        nvidia_driver.choose_cuda("470.256.02")
+    assert str(refused.value) == (
+        "the NVIDIA driver 470.256.02 is older than 525.60.13, the first of CUDA 12, the oldest "
+        "CUDA of any torch here: update the driver, or set up for the CPU (--gpu-ops none)")
 
 
 @pytest.mark.parametrize("driver, code, out, err", [
