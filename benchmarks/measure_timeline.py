@@ -5,9 +5,11 @@ and how a training step divides into forward, backward and optimizer.
     python benchmarks/measure_timeline.py --model resnet50 --batch-size 8 \\
         --json benchmarks/timelines/resnet50.json
 
-One process, one thread by default, any device torch runs on. A hook on each
-parameter (register_post_accumulate_grad_hook) stamps the moment its
-gradient is accumulated; the stamps are divided by the backward's length, so
+One process, one thread by default, on the CPU or (--cuda) the first GPU
+it sees. A hook on each parameter (register_post_accumulate_grad_hook)
+stamps the moment its gradient is accumulated: the clock on the CPU, a CUDA
+event on the GPU (whose kernels run after the hook returns, so the clock
+would time their launch); the stamps are divided by the backward's length, so
 the file holds a shape (fractions of the backward), not times. The predictor
 scales the shape to a stated one-GPU step: that the shape measured here
 holds on another device is an assumption its docs state. Gradients are kept
@@ -45,6 +47,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="timed steps after one warm-up step; the median is kept")
     parser.add_argument("--bins", type=positive_int, default=100)
     parser.add_argument("--threads", type=positive_int, default=1)
+    parser.add_argument("--cuda", action="store_true",
+                        help="measure on the first GPU this process sees (default: the CPU)")
     parser.add_argument("--json", type=Path, required=True, metavar="FILE")
     args = parser.parse_args(argv)
     if not args.json.resolve().parent.is_dir():
@@ -68,25 +72,51 @@ def build(name: str):
     return getattr(torchvision.models, name)(num_classes=1000), 3, 1000
 
 
+class Clock:
+    """Marks in a step and the seconds between them: perf_counter on the
+    CPU; on a GPU, CUDA events on the current stream, read once the step
+    has finished (seconds() synchronises)."""
+
+    def __init__(self, torch, cuda: bool):
+        self.torch, self.cuda = torch, cuda
+
+    def mark(self):
+        if not self.cuda:
+            return time.perf_counter()
+        event = self.torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def seconds(self, start, end) -> float:
+        if not self.cuda:
+            return end - start
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
+
+
 def measure(args: argparse.Namespace) -> dict:
     import torch
 
+    if args.cuda and not torch.cuda.is_available():
+        raise UserError("--cuda: torch sees no GPU")
+    device = torch.device("cuda" if args.cuda else "cpu")
     torch.manual_seed(0)
     torch.set_num_threads(args.threads)
     model, channels, classes = build(args.model)
     # The trainers' layout (horovod_train/torch/models.py), on CPUs and GPUs.
-    model = model.to(memory_format=torch.channels_last)
+    model = model.to(device, memory_format=torch.channels_last)
     size = args.image_size or IMAGE_SIZES[args.model]
     images = torch.randn(args.batch_size, channels, size, size).to(
-        memory_format=torch.channels_last)
-    labels = torch.randint(0, classes, (args.batch_size,))
+        device, memory_format=torch.channels_last)
+    labels = torch.randint(0, classes, (args.batch_size,)).to(device)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.SGD(params, lr=0.01, momentum=0.9)
-    stamps = [0.0] * len(params)
+    clock = Clock(torch, args.cuda)
+    stamps = [None] * len(params)
 
     def stamp(index: int):
         def hook(_param):
-            stamps[index] = time.perf_counter()
+            stamps[index] = clock.mark()
         return hook
 
     for index, param in enumerate(params):
@@ -94,19 +124,19 @@ def measure(args: argparse.Namespace) -> dict:
     steps = []
     for step in range(args.steps + 1):
         optimizer.zero_grad(set_to_none=True)
-        start = time.perf_counter()
+        start = clock.mark()
         loss = torch.nn.functional.cross_entropy(model(images), labels)
-        backward_start = time.perf_counter()
+        backward_start = clock.mark()
         loss.backward()
-        backward_end = time.perf_counter()
+        backward_end = clock.mark()
         optimizer.step()
-        end = time.perf_counter()
+        end = clock.mark()
+        length = clock.seconds(backward_start, backward_end)
         if step == 0:
             continue  # the warm-up: allocations and kernel choices
-        length = backward_end - backward_start
-        steps.append({"forward_s": backward_start - start, "backward_s": length,
-                      "optimizer_s": end - backward_end,
-                      "ready": [(s - backward_start) / length for s in stamps]})
+        steps.append({"forward_s": clock.seconds(start, backward_start), "backward_s": length,
+                      "optimizer_s": clock.seconds(backward_end, end),
+                      "ready": [clock.seconds(backward_start, s) / length for s in stamps]})
     middle = sorted(steps, key=lambda s: s["forward_s"] + s["backward_s"] + s["optimizer_s"])[
         len(steps) // 2]
     ready = [statistics.median(s["ready"][i] for s in steps) for i in range(len(params))]
@@ -125,7 +155,7 @@ def measure(args: argparse.Namespace) -> dict:
         "image_size": size,
         "batch_size": args.batch_size,
         "threads": args.threads,
-        "device": "cpu",
+        "device": torch.cuda.get_device_name(device) if args.cuda else "cpu",
         "torch": torch.__version__,
         "parameters": sum(p.numel() for p in params),
         "gradient_bytes": sum(sizes),

@@ -44,7 +44,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks import CHECKOUT
+from benchmarks import CHECKOUT, as_typed, venv_env
 from benchmarks.machine import machine_record
 from horovod_train.core import mnist, options
 from horovod_train.core.atomic import atomic_write_json
@@ -130,12 +130,6 @@ def floor_commands(args: argparse.Namespace) -> dict[str, list[str]]:
     return commands
 
 
-def venv_env() -> dict:
-    """This environment's, with its venv first on PATH (horovodrun's ranks
-    find its python and tools there)."""
-    return {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
-
-
 def time_command(command: list[str]) -> float:
     env = venv_env()
     started = time.perf_counter()
@@ -151,14 +145,6 @@ def time_command(command: list[str]) -> float:
 def with_path_names(text: str, data_dir: Path, log_dir: Path) -> str:
     """`text` with DATA_DIR and LOG_DIR for this run's temporary paths."""
     return text.replace(str(data_dir), "DATA_DIR").replace(str(log_dir), "LOG_DIR")
-
-
-def as_typed(command: list[str], data_dir: Path, log_dir: Path) -> list[str]:
-    """The command as a user types it: names for this run's own paths."""
-    programs = {sys.executable: "python", str(TRAINER): "horovod_train/pytorch_mnist.py",
-                str(Path(sys.executable).parent / "horovodrun"): "horovodrun",
-                str(EMULATE): "scripts/emulate_cluster.sh"}
-    return [programs.get(part) or with_path_names(part, data_dir, log_dir) for part in command]
 
 
 ANSWER = "reached test accuracy"  # the trainer's line when the target is reached
@@ -315,7 +301,8 @@ def main() -> int:
             for name, command in floor_commands(args).items() if args.floors else ():
                 floor_timings[name].append(time_command(command))
         floors = {name: statistics.median(values) for name, values in floor_timings.items()}
-        variants = [variant_record(c, as_typed(commands[c], data_dir, log_dir), runs[c])
+        names = {data_dir: "DATA_DIR", log_dir: "LOG_DIR"}
+        variants = [variant_record(c, as_typed(commands[c], names), runs[c])
                     for c in args.controllers]
     reached = all(v["reached"] for v in variants)
     record = {

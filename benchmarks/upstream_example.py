@@ -1,15 +1,18 @@
 """The reference of benchmarks/trainer_throughput.py: a training loop that
 behaves like Horovod's own examples/pytorch/pytorch_mnist.py, to measure our
-trainer against. As there: a torchvision-style MNIST dataset that turns each
-image into a PIL image and runs ToTensor and Normalize on it, one sample at a
-time; a DataLoader over a DistributedSampler (one worker and pinned memory on
-a GPU, none on the CPU); a plain step of zero_grad, forward, nll_loss on
-log-softmax, backward and hvd.DistributedOptimizer.step(); loss.item() every
-10 batches for the log line."""
+trainer against (benchmarks/upstream_mnist.py runs it to a test accuracy). As
+there: a torchvision-style MNIST dataset that turns each image into a PIL
+image and runs ToTensor and Normalize on it, one sample at a time; a
+DataLoader over a DistributedSampler (one worker and pinned memory on a GPU,
+none on the CPU); a plain step of zero_grad, forward, nll_loss on log-softmax,
+backward and hvd.DistributedOptimizer.step(); loss.item() every 10 batches for
+the log line; the test pass over a DistributedSampler, loss and accuracy
+averaged over the ranks with hvd.allreduce."""
 
 import itertools
 from collections.abc import Iterator
 
+import horovod.torch as hvd
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -71,6 +74,7 @@ class ReferenceTrainer:
                  rank: int, size: int, device: torch.device):
         self.model, self.optimizer, self.device = model, optimizer, device
         loader, sampler = train_loader(split, batch_size, rank, size, device.type == "cuda")
+        self.steps_per_epoch = len(loader)
         self.batches = every_epoch(loader, sampler)
         self.last_loss = float("nan")
 
@@ -87,3 +91,25 @@ class ReferenceTrainer:
             self.optimizer.step()
             if batch_idx % LOG_INTERVAL == 0:
                 self.last_loss = loss.item()
+
+
+def evaluate(model: nn.Module, split: mnist.Split, rank: int, size: int,
+             device: torch.device, batch_size: int = 1000) -> dict:
+    """The example's test(): each rank's share of the test split (a
+    DistributedSampler, batches of 1000), its mean loss and accuracy,
+    averaged over the ranks."""
+    dataset = TorchvisionStyleMnist(split)
+    sampler = DistributedSampler(dataset, num_replicas=size, rank=rank)
+    kwargs = {"num_workers": 1, "pin_memory": True} if device.type == "cuda" else {}
+    loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler, **kwargs)
+    model.eval()
+    loss_sum, correct = 0.0, 0.0
+    with torch.no_grad():
+        for data, target in loader:
+            data, target = data.to(device), target.to(device)
+            output = F.log_softmax(model(data), dim=1)
+            loss_sum += F.nll_loss(output, target, reduction="sum").item()
+            correct += output.argmax(dim=1).eq(target).sum().item()
+    figures = torch.tensor([loss_sum / len(sampler), correct / len(sampler)])
+    loss, accuracy = hvd.allreduce(figures, name="upstream_example.test").tolist()
+    return {"test_loss": loss, "test_accuracy": accuracy}

@@ -17,6 +17,7 @@ SHELL_COMMANDS = ["scripts/build_image.sh", "scripts/emulate_cluster.sh", "scrip
                   "scripts/launch_cluster.sh", "scripts/discover_hosts.sh",
                   "scripts/slurm/local_cluster.sh", "scripts/slurm/submit.sh",
                   "scripts/slurm/horovod.sbatch", "benchmarks/run_matrix.sh",
+                  "benchmarks/gpu_check.sh",
                   "scripts/python.sh"]
 # The measuring commands whose modules need the standard library only.
 STDLIB_FILES = ["benchmarks/horovod_settings.py", "benchmarks/predict_scaling.py",
