@@ -224,6 +224,12 @@ def mnist_commands(args, node: Node, out: Path) -> dict[str, list[str]]:
     return commands
 
 
+def path_names(args) -> dict[Path, str]:
+    """The run's own paths by name in its records (benchmarks.as_typed)."""
+    names = {args.out_dir: "OUT", args.data_dir: "DATA_DIR"}
+    return {**names, args.example.resolve(): "EXAMPLE"} if args.example else names
+
+
 def side_accuracy(side: str, output: str, out: Path) -> float:
     """The final test accuracy of one side, from its own record or output."""
     if side == "ours":
@@ -249,7 +255,7 @@ def mnist_part(args, node: Node, out: Path) -> tuple[str, dict]:
     sides = {}
     for side, command in mnist_commands(args, node, out).items():
         output, wall_s = run(command, out / "mnist" / f"{side}.log", args.timeout)
-        typed = as_typed(command, {out: "OUT", args.data_dir: "DATA_DIR"})
+        typed = as_typed(command, path_names(args))
         sides[side] = {"command": shlex.join(typed), "wall_s": wall_s,
                        "test_accuracy": side_accuracy(side, output, out)}
     ranks = node.gpus or args.np
@@ -345,7 +351,10 @@ def main() -> int:
     report = table(parts)
     atomic_write_json(args.out_dir / "gpu_check.json", {
         "benchmark": "gpu_check", "gpus": node.gpus, "gpu_name": node.gpu_name,
-        "command": shlex.join(["benchmarks/gpu_check.sh", *sys.argv[1:]]),
+        # As typed, with the run's own paths (given relative or not) by name.
+        "command": shlex.join(["benchmarks/gpu_check.sh", *as_typed(
+            [str(Path(a).resolve()) if Path(a).exists() else a for a in sys.argv[1:]],
+            path_names(args))]),
         "parts": parts, "skipped": [n for n, p in parts.items() if p["status"] == "skipped"],
         "machine": machine_record()})
     atomic_write_bytes(args.out_dir / "gpu_check.md", report.encode())

@@ -31,6 +31,8 @@ def test_cpu_parts_run_and_gpu_parts_are_named_as_skipped(small_mnist_dir, tmp_p
         "build": "ok", "allreduce": "skipped", "mnist": "ok", "resnet50": "skipped",
         "timeline": "skipped"}
     assert record["machine"]["cpu_model"] and record["machine"]["commit"]
+    assert record["command"] == ("benchmarks/gpu_check.sh --data-dir DATA_DIR --epochs 1 "
+                                 "--out-dir OUT")
 
     build = json.loads((out / "build.json").read_text())
     assert "PyTorch" in build["frameworks"] and "Gloo" in build["controllers"]
