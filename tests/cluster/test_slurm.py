@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from checklists import as_run_here, blocks
 from conftest import BIN, REPO, firewall_on_b, interface_renamed
 from entry_faults import BAD_TRAINER_OPTION, NETWORK_LOCAL, NETWORK_MISSING, SSH_REFUSED_ON_B
 
@@ -598,15 +599,12 @@ def run_until_cancelled(local_slurm: LocalSlurm, log_dir: Path, run: Path, mnist
 
 def resume_to_the_end(local_slurm: LocalSlurm, log_dir: Path, run: Path, mnist_dir: Path,
                       epochs_done: int, **variables: str) -> tuple[str, str, dict]:
-    """The same job resubmitted with HVT_RESUME=1, and HVT_PREFLIGHT=1: its
-    nodes pass the preflight, it goes on after the epochs kept, logs every
-    epoch once and ends COMPLETED."""
+    """The same job resubmitted with HVT_RESUME=1: it goes on after the
+    epochs kept, logs every epoch once and ends COMPLETED."""
     job_id = local_slurm.sbatch(log_dir, trainer(mnist_dir, run, 3), HVT_RESUME="1",
-                                HVT_PREFLIGHT="1", **variables)
+                                **variables)
     final = local_slurm.wait(job_id, ENDED)
     log = (log_dir / f"horovod-{job_id}.out").read_text()
-    # The nodes checked first (HVT_PREFLIGHT=1), then the job's own lines.
-    assert "preflight: all well, 2 hosts checked in " in log, log[-3000:]
     log = log[log.index(f"slurm: job {job_id}: "):]
     assert final["JobState"] == "COMPLETED" and final["ExitCode"] == "0:0", log[-3000:]
     assert f"resuming after epoch {epochs_done}" in log, log[-3000:]
@@ -829,3 +827,30 @@ def test_submitit_job_trains_and_resumes_after_its_pre_timeout_signal(
     assert summary["test_accuracy"] >= 0.95 and summary["hosts"] == {"a": 2, "b": 2}
     assert summary["weights_identical"] is True
     measured("submitit requeue: signal to COMPLETED (s)", round(time.monotonic() - signalled_at))
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
+def test_slurm_cluster_page_submits_as_written(local_slurm, decoy_cluster, small_mnist_dir,
+                                               tmp_path):
+    """The checklist page "Your Slurm cluster" (tests/checklists.py): its
+    submit.sh command, as written but for one GPU a task (the local nodes
+    have none), two tasks a node, the test's digits and directories,
+    trains across both nodes after the preflight found nothing."""
+    [command] = [command for block in blocks()
+                 if block.page == "slurm-cluster.md" and block.mark == "slurm"
+                 for command in block.commands]
+    line = as_run_here(command, {
+        "/shared/$USER/mnist": str(small_mnist_dir),
+        "--preflight --": f"--preflight --folder {tmp_path / 'submitit'} --time 10 --"})
+    line += f" --epochs 1 --log-dir {tmp_path / 'run'}"
+    assert line.startswith("scripts/slurm/submit.sh --nodes 2 --tasks-per-node 2 --preflight")
+    result = subprocess.run(["bash", "-c", line], cwd=REPO, env=local_slurm.env,
+                            capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert re.search(r"submit: job \d+ COMPLETED after", result.stdout), result.stdout
+    # The nodes checked first (--preflight, the job's HVT_PREFLIGHT=1), then the job.
+    log = Path(re.search(r"; log: (\S+)", result.stdout)[1]).read_text()
+    assert "preflight: all well, 2 hosts checked in " in log, log[-3000:]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["hosts"] == {"a": 2, "b": 2} and summary["weights_identical"] is True

@@ -1,0 +1,132 @@
+"""The checklist pages (tests/checklists.py) hold what a user copies: every
+shell block says how the tests run it; every command of the project names
+a program that exists and options its --help lists (the trainer's after
+`--`, horovodrun's and the trainer's in a horovodrun command, Slurm's own
+where Slurm is installed); every HVT_ variable set is one the code reads;
+every link and anchor resolves; the README's quick start links both."""
+
+import functools
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+from checklists import PAGES, blocks
+from conftest import BIN, REPO
+
+TRAINER = "horovod_train/pytorch_mnist.py"
+SLURM = ("sbatch", "srun", "salloc")
+CODE = [*REPO.glob("horovod_train/**/*.py"), *REPO.glob("scripts/**/*.sh"),
+        REPO / "scripts/slurm/horovod.sbatch"]
+
+
+@functools.cache
+def slurm_conf() -> str:
+    """A slurm.conf for Slurm's commands' --help, which read one and ask no
+    daemon."""
+    path = Path(tempfile.mkdtemp(prefix="checklist-slurm-")) / "slurm.conf"
+    path.write_text("ClusterName=help\nSlurmctldHost=ctl(127.0.0.1)\n"
+                    "NodeName=a NodeAddr=127.0.0.1 CPUs=1\nPartitionName=p Nodes=a\n")
+    return str(path)
+
+
+@functools.cache
+def help_text(*program: str) -> str:
+    env = {**os.environ, "SLURM_CONF": slurm_conf()} if program[0] in SLURM else None
+    result = subprocess.run([*program, "--help"], cwd=REPO, capture_output=True, text=True,
+                            timeout=120, env=env)
+    assert result.returncode == 0, (program, result.stderr[-2000:])
+    return result.stdout
+
+
+def options(words: list[str]) -> list[str]:
+    """The options among a command's words, without their values."""
+    return [word.split("=", 1)[0] for word in words
+            if re.fullmatch(r"--?[a-zA-Z][\w-]*(=.*)?", word)]
+
+
+def program_parts(command: list[str]) -> list[tuple[tuple[str, ...], list[str]]]:
+    """(the program whose --help lists them, the words given it) for each
+    part of a command that is the project's, horovodrun's or Slurm's."""
+    head = command[0]
+    if head in SLURM:
+        ours = next((i for i, w in enumerate(command) if w.startswith(("scripts/", "benchmarks/"))),
+                    len(command))
+        parts = [((head,), command[1:ours])] if shutil.which(head) else []
+        if ours < len(command):
+            script, rest = command[ours], command[ours + 1:]
+            if script == "scripts/slurm/horovod.sbatch":  # what follows goes to the trainer
+                return [*parts, ((str(BIN / "python"), TRAINER), rest)]
+            return [*parts, *program_parts(command[ours:])]
+        return parts
+    if head == "horovodrun":
+        at = command.index(TRAINER)
+        return [((str(BIN / "horovodrun"),), command[1:at - 1]),
+                ((str(BIN / "python"), TRAINER), command[at + 1:])]
+    if head == "scripts/python.sh" and command[1:3] == ["-m", "horovod_train"]:
+        words = [w for w in command[3:] if not w.startswith("-")][:2]  # the command, its verb
+        return [(("scripts/python.sh", "-m", "horovod_train", *words), command[3 + len(words):])]
+    if head.startswith(("scripts/", "benchmarks/")):
+        assert (REPO / head).is_file(), f"{head}: no such program"
+        if "--" in command:  # submit.sh: the trainer's options follow
+            at = command.index("--")
+            return [((head,), command[1:at]), ((str(BIN / "python"), TRAINER), command[at + 1:])]
+        return [((head,), command[1:])]
+    return []  # the system's own commands (git, ssh, nvidia-smi, ...)
+
+
+BLOCKS = blocks()
+
+
+def test_every_block_says_how_it_is_run_and_some_are_run():
+    unmarked = [f"{b.page}:{b.line}" for b in BLOCKS if b.mark is None]
+    assert not unmarked, f"shell blocks without a run mark: {unmarked}"
+    marks = {(b.page, b.mark) for b in BLOCKS}
+    assert {("gpu-servers.md", "emulated"), ("slurm-cluster.md", "slurm")} <= marks
+
+
+@pytest.mark.parametrize("block", BLOCKS, ids=lambda b: f"{b.page}:{b.line}")
+def test_each_command_names_options_its_program_lists(block):
+    for command in block.commands:
+        for program, words in program_parts(command):
+            text = help_text(*program)
+            for option in options(words):
+                assert re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", text), (
+                    f"{block.page}:{block.line}: {Path(program[-1]).name} has no {option}")
+
+
+def test_each_hvt_variable_set_is_read_by_the_code():
+    code = "\n".join(path.read_text() for path in CODE)
+    for page in PAGES:
+        for name in set(re.findall(r"\b(HVT_[A-Z_]+)=", page.read_text())):
+            assert name in code, f"{page.name}: {name} is read nowhere"
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor of a heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+@functools.cache
+def anchors(path: Path) -> set[str]:
+    return {slug(m[1]) for m in re.finditer(r"^#+ (.+)$", path.read_text(), re.M)}
+
+
+@pytest.mark.parametrize("page", [*PAGES, REPO / "README.md"], ids=lambda p: p.name)
+def test_links_and_anchors_resolve(page):
+    for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+        if target.startswith(("http://", "https://")):
+            continue
+        file, _, anchor = target.partition("#")
+        path = (page.parent / file).resolve() if file else page
+        assert path.exists(), f"{page.name}: {target}: no such file"
+        if anchor and path.suffix == ".md":
+            assert anchor in anchors(path), f"{page.name}: {target}: no such heading"
+
+
+def test_the_readme_quick_start_links_both_pages():
+    quick_start = (REPO / "README.md").read_text().split("## Quick start", 1)[1].split("\n## ")[0]
+    assert "docs/gpu-servers.md" in quick_start and "docs/slurm-cluster.md" in quick_start
