@@ -95,13 +95,17 @@ def horovod_build() -> dict:
 
 def gpus() -> dict:
     """The GPUs the driver shows this process (CUDA_VISIBLE_DEVICES applies)
-    and the CUDA release the driver supports; {} where there is no driver."""
+    and the CUDA release the driver supports; {} where there is no driver.
+    per_task: the GPUs Slurm gives each task of the job (its
+    --gpus-per-task, which this Slurm task inherits too): each rank then
+    sees its own, and this task sees one task's share, not the node's."""
     try:
         libcuda = ctypes.CDLL("libcuda.so.1")
     except OSError:
         return {}
     found: dict = {"driver_cuda": gpu.driver_cuda_version(), "driver": gpu.driver_version(),
-                   "visible": gpu.visible_devices()}
+                   "visible": gpu.visible_devices(),
+                   "per_task": os.environ.get("SLURM_GPUS_PER_TASK") or None}
     count = ctypes.c_int()
     if libcuda.cuInit(0) != 0 or libcuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
         return {**found, "count": 0, "capabilities": []}

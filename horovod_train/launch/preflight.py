@@ -138,8 +138,9 @@ def describe_build(build: dict) -> str:
 
 
 def gpu_culprits(host: hosts.Host, found: dict) -> list[Culprit]:
-    """Where the build has GPU operations: a GPU per slot, a driver new
-    enough for the build's CUDA, and kernels for each GPU's capability."""
+    """Where the build has GPU operations: a GPU per slot (unless Slurm binds
+    them per task), a driver new enough for the build's CUDA, and kernels
+    for each GPU's capability."""
     build = found["horovod"]
     if build.get("gpu_ops") in (None, "none"):
         return []
@@ -147,7 +148,11 @@ def gpu_culprits(host: hosts.Host, found: dict) -> list[Culprit]:
     if not gpus:
         return [Culprit(where, gpu.no_gpu_problem(host.name, driver_found=False))]
     named = []
-    problem = gpu.gpu_count_problem(host.name, host.slots, gpus["count"])
+    # Bound per task (Slurm's --gpus-per-task), each rank sees the GPUs Slurm
+    # gave it, as this check's own task did: the count is the ranks' to
+    # check, by identity, when they start (torch/gpu.py's binding_problem).
+    problem = None if gpus.get("per_task") else gpu.gpu_count_problem(host.name, host.slots,
+                                                                        gpus["count"])
     if problem:
         named.append(Culprit(where, problem))
     cuda = found.get("torch_cuda") or build.get("cuda")

@@ -62,6 +62,8 @@ def test_gpus_are_checked_only_where_the_build_has_gpu_operations():
     assert named(Host("b", 4), facts(gpus={"count": 0})) == []
     assert named(Host("b", 2), nccl_build()) == []
     assert "runs 4 ranks and sees 2 GPUs" in named(Host("b", 4), nccl_build())[0]
+    # Slurm's --gpus-per-task=1: the check's own task sees one GPU, as each rank does.
+    assert named(Host("b", 4), nccl_build(count=1, capabilities=[[9, 0]], per_task="1")) == []
     assert "supports CUDA up to 12.8" in named(Host("b", 2), nccl_build(driver_cuda=12080))[0]
     assert "compute capability 7.0" in named(Host("b", 2),
                                              nccl_build(capabilities=[[7, 0], [7, 0]]))[0]
