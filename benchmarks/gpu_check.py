@@ -38,6 +38,7 @@ import argparse
 import json
 import re
 import shlex
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -124,8 +125,6 @@ def horovodrun(ranks: int) -> list[str]:
 def run(command: list[str], log: Path, timeout: float) -> tuple[str, float]:
     """Run a part's command from the checkout, its output into `log`; its
     output and wall time, or RunFailed with its last error line."""
-    import subprocess
-
     log.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     with open(log, "w+") as output:
