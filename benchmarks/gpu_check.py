@@ -116,10 +116,14 @@ class Skipped(Exception):
     """A part this node cannot run; its message says why."""
 
 
+def launcher() -> str:
+    """horovodrun beside this Python (the venv's), else the one on PATH."""
+    beside = Path(sys.executable).parent / "horovodrun"
+    return str(beside) if beside.exists() else "horovodrun"
+
+
 def horovodrun(ranks: int) -> list[str]:
-    venv_launcher = Path(sys.executable).parent / "horovodrun"
-    launcher = str(venv_launcher) if venv_launcher.exists() else "horovodrun"
-    return [launcher, "-np", str(ranks), "-H", f"localhost:{ranks}"]
+    return [launcher(), "-np", str(ranks), "-H", f"localhost:{ranks}"]
 
 
 def run(command: list[str], log: Path, timeout: float) -> tuple[str, float]:
@@ -165,7 +169,7 @@ def parse_check_build(text: str) -> dict:
 
 
 def build_part(args, node: Node, out: Path) -> tuple[str, dict]:
-    text, _ = run([horovodrun(1)[0], "--check-build"], out / "build.log", args.timeout)
+    text, _ = run([launcher(), "--check-build"], out / "build.log", args.timeout)
     record = parse_check_build(text)
     if record["horovod"] is None:
         raise RunFailed(f"horovodrun --check-build printed no report (log: {out / 'build.log'})")
@@ -207,8 +211,7 @@ def allreduce_part(args, node: Node, out: Path) -> tuple[str, dict]:
                   if expected else None, "bench_json": bench.name}
 
 
-def mnist_commands(args, node: Node, out: Path) -> dict[str, list[str]]:
-    ranks = node.gpus or args.np
+def mnist_commands(args, node: Node, ranks: int, out: Path) -> dict[str, list[str]]:
     cpu = [] if node.gpus else ["--no-cuda"]
     common = ["--data-dir", str(args.data_dir), "--epochs", str(args.epochs), *cpu]
     commands = {
@@ -250,21 +253,23 @@ def mnist_part(args, node: Node, out: Path) -> tuple[str, dict]:
 
     # Once, before any run: the runs themselves never download.
     mnist.ensure_available(args.data_dir, ["train", "test"])
-    train, test = (mnist.read_pair(mnist.raw_dir(args.data_dir), s) for s in ("train", "test"))
+    ranks = node.gpus or args.np
     sides = {}
-    for side, command in mnist_commands(args, node, out).items():
+    for side, command in mnist_commands(args, node, ranks, out).items():
         output, wall_s = run(command, out / "mnist" / f"{side}.log", args.timeout)
         typed = as_typed(command, path_names(args))
         sides[side] = {"command": shlex.join(typed), "wall_s": wall_s,
                        "test_accuracy": side_accuracy(side, output, out)}
-    ranks = node.gpus or args.np
+    # The digits' counts as the reference read them, not read here again.
+    reference = json.loads((out / "mnist" / "reference.json").read_text())
+    train, test = reference["train_samples"], reference["test_samples"]
     where = f"{ranks} GPUs" if node.gpus else f"{ranks} ranks on the CPU"
     figures = "; ".join(f"{SIDE_NAMES[side]} {s['test_accuracy']:.2%} in {s['wall_s']:.1f} s"
                         for side, s in sides.items())
-    cell = f"{where}, {len(train)}/{len(test)} digits, {args.epochs} epochs: {figures}"
+    cell = f"{where}, {train}/{test} digits, {args.epochs} epochs: {figures}"
     return cell, {"ranks": ranks, "device": "cuda" if node.gpus else "cpu",
-                  "epochs": args.epochs, "train_samples": len(train),
-                  "test_samples": len(test), "sides": sides}
+                  "epochs": args.epochs, "train_samples": train, "test_samples": test,
+                  "sides": sides}
 
 
 def resnet50_part(args, node: Node, out: Path) -> tuple[str, dict]:
