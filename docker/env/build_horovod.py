@@ -19,6 +19,7 @@ import sys
 import tarfile
 import tempfile
 import time
+import zipfile
 from pathlib import Path
 
 HOROVOD_VERSION = "0.28.1"
@@ -454,6 +455,75 @@ def cache_key(inputs: dict) -> str:
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def entry_name(key: str) -> str:
+    return f"horovod-{HOROVOD_VERSION}-{key}"
+
+
+def apart_from_frameworks(inputs: dict) -> dict:
+    """A build's inputs without its frameworks: their versions and their
+    HOROVOD_WITH(OUT)_ flags (and without the build's time)."""
+    framework_flags = tuple(f"_{flag}" for _, flag, _ in FRAMEWORKS.values())
+    rest = {k: v for k, v in inputs.items() if k not in ("frameworks", "flags", "build_minutes")}
+    rest["flags"] = {k: v for k, v in inputs.get("flags", {}).items()
+                     if not k.endswith(framework_flags)}
+    return rest
+
+
+def serves(built: dict, wanted: dict) -> bool:
+    """Whether a wheel built with `built` inputs serves a setup that wants
+    `wanted`: every framework wanted is in it, at the same version, and all
+    else is the same. Each framework's binding is a library of its own, loaded
+    only when that framework's Horovod module is imported, so the bindings of
+    frameworks the environment lacks lie unused."""
+    have = built.get("frameworks") or {}
+    return (all(have.get(name) == version for name, version in wanted["frameworks"].items())
+            and apart_from_frameworks(built) == apart_from_frameworks(wanted))
+
+
+def recorded_inputs(entry: Path) -> dict:
+    try:
+        return json.loads((entry / "inputs.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def entry_problem(entry: Path) -> str | None:
+    """Why a cache entry cannot be installed (None when it can): one wheel,
+    its inputs recorded, and every member of the wheel read back intact (an
+    interrupted copy or a full disk leaves a truncated or garbled file)."""
+    wheels = sorted(entry.glob("horovod-*.whl"))
+    if len(wheels) != 1:
+        return f"{len(wheels)} wheels in it" if wheels else "no wheel in it"
+    if not recorded_inputs(entry):
+        return "its inputs.json is missing or unreadable"
+    try:
+        with zipfile.ZipFile(wheels[0]) as wheel:
+            garbled = wheel.testzip()
+    except (OSError, zipfile.BadZipFile) as err:
+        return f"{wheels[0].name} does not read as a wheel ({err})"
+    if garbled:
+        return f"{wheels[0].name}: {garbled} fails its checksum"
+    return None
+
+
+def serving_entry(cache: Path, inputs: dict, key: str) -> Path | None:
+    """The cache entry to install: this key's, else the one built for the
+    fewest frameworks among those that serve these inputs (a setup for
+    PyTorch takes the test command's wheel for all three), newest first. A
+    broken entry is said and removed, so that it is built again."""
+    exact = cache / entry_name(key)
+    others = [e for e in cache.glob(entry_name("*")) if e != exact and e.is_dir()
+              and serves(recorded_inputs(e), inputs)]
+    others.sort(key=lambda e: (len(recorded_inputs(e)["frameworks"]), -e.stat().st_mtime))
+    for entry in ([exact] if exact.is_dir() else []) + others:
+        problem = entry_problem(entry)
+        if problem is None:
+            return entry
+        log(f"the cached wheel in {entry} is broken ({problem}): removing it")
+        shutil.rmtree(entry, ignore_errors=True)
+    return None
+
+
 def fetch_sdist(cache: Path, python: str) -> Path:
     sdist = cache / "sdist" / SDIST_NAME
     if sdist.is_file() and sha256_of(sdist) == SDIST_SHA256:
@@ -539,10 +609,12 @@ def build_wheel(args, sdist: Path, env: dict, entry: Path, inputs: dict) -> None
         log(f"built {wheel.name} in {minutes:.1f} min -> {entry}")
 
 
-def install(python: str, wheel: Path, prefix: str, key: str, inputs: dict) -> None:
-    """Install the wheel unless this very build is installed already; record
-    what was installed in the environment (for --check-only)."""
+def install(python: str, entry: Path, prefix: str, inputs: dict) -> None:
+    """Install the entry's wheel unless it is installed already; record what
+    the environment asked for and which wheel serves it (for --check-only)."""
     record = Path(prefix) / BUILD_RECORD
+    (wheel,) = entry.glob("horovod-*.whl")
+    key = entry.name.removeprefix(entry_name(""))
     if installed_build(record).get("key") == key:
         check = subprocess.run([python, "-c", "import horovod"], capture_output=True)
         if check.returncode == 0:
@@ -552,7 +624,9 @@ def install(python: str, wheel: Path, prefix: str, key: str, inputs: dict) -> No
     subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-deps", "--force-reinstall",
                     str(wheel)], check=True)
     relocate_libraries(prefix)
-    record.write_text(json.dumps({"key": key, **inputs}, indent=2) + "\n")
+    built_for = list(recorded_inputs(entry).get("frameworks") or inputs["frameworks"])
+    record.write_text(json.dumps({"key": key, **inputs, "wheel_frameworks": built_for},
+                                 indent=2) + "\n")
 
 
 # Where the frameworks' and CUDA's wheels keep the libraries Horovod's
@@ -615,11 +689,16 @@ def check_build(python: str, frameworks: list[str], gpu_ops: str,
     return report
 
 
-def unresolved_libraries(prefix: str) -> list[str]:
+def unresolved_libraries(prefix: str, frameworks: list[str]) -> list[str]:
     """What the installed Horovod's shared libraries need and the loader
     cannot find, as `ldd` says; the driver's libcuda.so.1 comes from the
-    host (the NVIDIA container runtime mounts it), so it may be missing."""
-    libraries = sorted(Path(prefix).glob("lib/python*/site-packages/horovod/**/*.so"))
+    host (the NVIDIA container runtime mounts it), so it may be missing.
+    The bindings of frameworks the environment was not set up for (a wheel
+    built for more serves it) are not its to load."""
+    unused = [FRAMEWORKS[f][0] for f in FRAMEWORKS if f not in frameworks]
+    libraries = sorted(library for library in
+                       Path(prefix).glob("lib/python*/site-packages/horovod/**/*.so")
+                       if not any(f"horovod/{name}/" in library.as_posix() for name in unused))
     if not libraries:
         raise RunFailed(f"no Horovod libraries under {prefix}")
     missing = []
@@ -671,7 +750,7 @@ def main(argv: list[str]) -> int:
             raise UserError(f"no Horovod build recorded in {info['prefix']}; run scripts/setup.sh")
         print(check_build(args.python, list(built["frameworks"]), built["gpu_ops"],
                           info.get("nccl_home"), mpi=built.get("mpi") is not None), end="")
-        missing = unresolved_libraries(info["prefix"])
+        missing = unresolved_libraries(info["prefix"], list(built["frameworks"]))
         if missing:
             raise RunFailed("Horovod's libraries need what the loader cannot find: "
                             + "; ".join(missing))
@@ -683,17 +762,17 @@ def main(argv: list[str]) -> int:
     if args.print_key:
         print(key)
         return 0
-    entry = args.cache_dir / f"horovod-{HOROVOD_VERSION}-{key}"
-    wheels = sorted(entry.glob("horovod-*.whl"))
-    if wheels:
-        log(f"cached wheel {wheels[0]}")
-    else:
+    entry = serving_entry(args.cache_dir, inputs, key)
+    if entry is None:
+        entry = args.cache_dir / entry_name(key)
         env = {**env, **cuda_env(args, inputs)}
         build_wheel(args, fetch_sdist(args.cache_dir, args.python), env, entry, inputs)
-        wheels = sorted(entry.glob("horovod-*.whl"))
+    else:
+        built_for = ", ".join(recorded_inputs(entry)["frameworks"])
+        log(f"cached wheel in {entry} (built for {built_for})")
     if args.no_install:
         return 0
-    install(args.python, wheels[0], info["prefix"], key, inputs)
+    install(args.python, entry, info["prefix"], inputs)
     print(check_build(args.python, args.frameworks, inputs["gpu_ops"], info.get("nccl_home"),
                       mpi=not args.without_mpi), end="")
     return 0

@@ -191,3 +191,88 @@ def test_the_cuda12_build_compiles_with_debians_cuda_12_4_for_what_it_knows(monk
     assert inputs["cuda"] == "12.8" and inputs["nccl"] == "2.27.5"
     assert inputs["cuda_toolkit"] == "nvidia-cuda-toolkit 12.4.131 (Debian)"
     assert all(digest and len(digest) == 64 for digest in build_horovod.CUDA12_DEBS.values())
+
+
+def inputs_for(*frameworks, torch_version="2.14.1+cu130"):
+    """What a CPU build for these frameworks is keyed by, on this machine."""
+    args = SimpleNamespace(frameworks=list(frameworks), gpu_ops="none", jobs=2,
+                           cuda_archs="torch", without_mpi=False)
+    info = {"abi": "cpython-311-x86_64-linux-gnu", "machine": "x86_64", "torch_cuda": None,
+            "nccl_home": None,
+            "frameworks": {"torch": torch_version, "tensorflow": "2.15.1", "mxnet": "1.9.1"}}
+    return build_horovod.plan(args, info)[0]
+
+
+def cache_entry(cache, inputs, member=b"binding"):
+    """A cache entry as build_wheel leaves one: the wheel (a zip; its member
+    stored uncompressed, so a flipped byte is found by its checksum) beside
+    inputs.json."""
+    import json
+    import zipfile
+
+    entry = cache / build_horovod.entry_name(build_horovod.cache_key(inputs))
+    entry.mkdir(parents=True)
+    with zipfile.ZipFile(entry / "horovod-0.28.1-cp311-cp311-linux_x86_64.whl", "w") as wheel:
+        wheel.writestr("horovod/torch/mpi_lib_v2.so", member)
+    (entry / "inputs.json").write_text(json.dumps(inputs))
+    return entry
+
+
+ALL_THREE = ("pytorch", "tensorflow", "mxnet")
+
+
+def test_a_wheel_for_more_frameworks_serves_a_setup_for_fewer():
+    torch_only = inputs_for("pytorch")
+    assert build_horovod.serves(inputs_for(*ALL_THREE), torch_only)
+    assert build_horovod.serves(inputs_for("pytorch", "mxnet"), torch_only)
+    assert not build_horovod.serves(torch_only, inputs_for(*ALL_THREE))
+    # The frameworks it shares must be the same versions, and all else the same.
+    assert not build_horovod.serves(inputs_for(*ALL_THREE, torch_version="2.13.0"), torch_only)
+    assert not build_horovod.serves({**inputs_for(*ALL_THREE), "mpi": "Open MPI 5.0.7"},
+                                    torch_only)
+    assert not build_horovod.serves({**inputs_for(*ALL_THREE), "patches": {}}, torch_only)
+
+
+def test_the_cache_takes_this_keys_entry_else_the_fewest_frameworks_that_serve(tmp_path):
+    torch_only = inputs_for("pytorch")
+    key = build_horovod.cache_key(torch_only)
+    cache_entry(tmp_path, inputs_for(*ALL_THREE))
+    two = cache_entry(tmp_path, inputs_for("pytorch", "tensorflow"))
+    cache_entry(tmp_path, inputs_for("tensorflow"))
+    assert build_horovod.serving_entry(tmp_path, torch_only, key) == two
+    exact = cache_entry(tmp_path, torch_only)
+    assert build_horovod.serving_entry(tmp_path, torch_only, key) == exact
+    assert build_horovod.serving_entry(tmp_path, inputs_for("mxnet"),
+                                       build_horovod.cache_key(inputs_for("mxnet"))) is not None
+
+
+def truncate(entry):
+    wheel = next(entry.glob("*.whl"))
+    wheel.write_bytes(wheel.read_bytes()[:40])
+
+
+def garble(entry):
+    wheel = next(entry.glob("*.whl"))
+    data = bytearray(wheel.read_bytes())
+    at = data.index(b"binding")
+    data[at] ^= 0xFF
+    wheel.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("break_it, why", [
+    (truncate, "does not read as a wheel"),
+    (garble, "horovod/torch/mpi_lib_v2.so fails its checksum"),
+    (lambda entry: (entry / "inputs.json").unlink(), "inputs.json is missing or unreadable"),
+    (lambda entry: (entry / "inputs.json").write_text("{"), "inputs.json is missing or unreadable"),
+    (lambda entry: next(entry.glob("*.whl")).unlink(), "no wheel in it"),
+])
+def test_a_broken_entry_is_said_and_removed_so_that_it_is_built_again(tmp_path, capsys,
+                                                                     break_it, why):
+    torch_only = inputs_for("pytorch")
+    entry = cache_entry(tmp_path, torch_only)
+    break_it(entry)
+    assert build_horovod.serving_entry(tmp_path, torch_only,
+                                       build_horovod.cache_key(torch_only)) is None
+    said = capsys.readouterr().out
+    assert f"the cached wheel in {entry} is broken" in said and why in said
+    assert not entry.exists()
