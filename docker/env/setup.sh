@@ -148,6 +148,14 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
 done
+# The cold path overlaps what does not wait on another: apt installs beside
+# the Python packages (only the compiles need its packages), and mpi4py
+# compiles beside Horovod. A venv that cannot be made yet (no python3-venv,
+# no interpreter) waits for apt.
+apt_pid=""
+# Whatever ends this script waits for what runs beside it: no apt-get or
+# install is left half-done.
+trap wait EXIT
 if [[ ${#missing[@]} -gt 0 ]]; then
   if [[ $apt -eq 0 ]]; then
     die "missing system packages: ${missing[*]}"
@@ -155,10 +163,22 @@ if [[ ${#missing[@]} -gt 0 ]]; then
   sudo=""
   [[ $(id -u) -eq 0 ]] || sudo="sudo"
   echo "setup.sh: installing ${missing[*]}"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
-    "${missing[@]}" >/dev/null
+  apt_install() {
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+      "${missing[@]}" >/dev/null
+  }
+  if [[ -x "$venv/bin/python" ]] || { "$python" -c 'import ensurepip' 2>/dev/null \
+       && [[ ! " ${missing[*]} " =~ " python3-venv " ]]; }; then
+    apt_install & apt_pid=$!
+  else
+    apt_install
+  fi
 fi
+wait_for_apt() {
+  [[ -z "$apt_pid" ]] || wait "$apt_pid" || die "installing ${missing[*]} failed (apt-get's message above)"
+  apt_pid=""
+}
 
 # Python environment, pinned by the lock beside this file.
 if [[ ! -x "$venv/bin/python" ]]; then
@@ -166,7 +186,7 @@ if [[ ! -x "$venv/bin/python" ]]; then
   echo "setup.sh: creating $venv"
   "$python" -m venv "$venv"
 fi
-groups=(core horovod build mpi plots "${wanted[@]}")
+groups=(core horovod build plots "${wanted[@]}")
 [[ $dev -eq 1 ]] && groups+=(test slurm)
 requirements=()
 for g in "${groups[@]}"; do requirements+=(-r "$here/requirements/$g.txt"); done
@@ -177,23 +197,56 @@ if [[ "$cuda" == 12 ]]; then
   lock="$venv/constraints-cuda12.txt"
   "$venv/bin/python" "$here/lock.py" --cuda 12 > "$lock"
 fi
-echo "setup.sh: installing pinned Python packages (${groups[*]}, CUDA $cuda) into $venv"
-# mpi4py is compiled against this machine's OpenMPI, never taken as a wheel.
-PIP_NO_BINARY=mpi4py "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
-  -c "$lock" "${requirements[@]}"
+# The installer is uv, pinned in the lock and put in the venv by pip: it
+# keeps each package unpacked in its cache and links the files into a venv,
+# so a second venv (another clone, a rerun) installs in seconds where pip
+# unpacks gigabytes again. Its wheel is kept beside Horovod's, so that a new
+# venv gets it offline too. It reads its own settings, not pip's: pip's
+# wheelhouse, index and CA bundle are handed over here.
+if [[ ! -x "$venv/bin/uv" ]]; then
+  kept="${HVT_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/horovod-train/wheels}/uv"
+  pip=("$venv/bin/python" -m pip --disable-pip-version-check)
+  "${pip[@]}" install --quiet --no-index --find-links "$kept" -c "$lock" uv 2>/dev/null || {
+    "${pip[@]}" download --quiet --no-deps -d "$kept" -c "$lock" uv \
+      && "${pip[@]}" install --quiet --no-index --find-links "$kept" -c "$lock" uv
+  } || die "installing uv failed (pip's message above)"
+fi
+export UV_NATIVE_TLS=${UV_NATIVE_TLS:-1}
+[[ -n "${PIP_CERT:-}" && -z "${SSL_CERT_FILE:-}" ]] && export SSL_CERT_FILE=$PIP_CERT
+uv_flags=(--quiet --python "$venv/bin/python" -c "$lock")
+for links in ${PIP_FIND_LINKS:-}; do uv_flags+=(--find-links "$links"); done
+[[ -n "${PIP_INDEX_URL:-}" ]] && uv_flags+=(--index-url "$PIP_INDEX_URL")
+for index in ${PIP_EXTRA_INDEX_URL:-}; do uv_flags+=(--extra-index-url "$index"); done
+[[ "${PIP_NO_INDEX:-}" =~ ^(1|true|yes|on)$ ]] && uv_flags+=(--no-index)
+# From the cache alone first: no index is asked when everything is there
+# (offline too); else from the index, which fills the cache.
+uv_install() {
+  "$venv/bin/uv" pip install "${uv_flags[@]}" --offline "$@" 2>/dev/null \
+    || "$venv/bin/uv" pip install "${uv_flags[@]}" "$@"
+}
+echo "setup.sh: installing pinned Python packages (${groups[*]} mpi, CUDA $cuda) into $venv"
+uv_install "${requirements[@]}"
 echo "$cuda" > "$venv/horovod-cuda"
 if [[ -n "$editable" ]]; then
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
-    -e "$editable"
+  uv_install --no-deps -e "$editable"
 fi
+wait_for_apt
+# mpi4py is compiled against this machine's OpenMPI, never taken as a wheel
+# (minutes of one core the first time, then from uv's cache).
+uv_install --no-binary mpi4py -r "$here/requirements/mpi.txt" & mpi_pid=$!
+wait_for_mpi4py() {
+  wait "$mpi_pid" || die "installing mpi4py failed (its message above)"
+}
 
 # Horovod: the one recipe, beside this file.
 if [[ $horovod -eq 0 ]]; then
+  wait_for_mpi4py
   echo "setup.sh: done without Horovod in $((SECONDS - started)) s"
   exit 0
 fi
 HVT_PYTHON="$venv/bin/python" "$here/build_horovod.sh" --python "$venv/bin/python" \
   --frameworks "$frameworks" --gpu-ops "$gpu_ops" --cuda-archs "$cuda_archs"
+wait_for_mpi4py
 echo "$frameworks" > "$venv/horovod-frameworks"
 echo "$gpu_ops" > "$venv/horovod-gpu-ops"
 echo "setup.sh: done in $((SECONDS - started)) s"

@@ -6,7 +6,7 @@ about 15 GB free: torch's CUDA wheels).
 
 A minbase tree made by debootstrap, as the image's base is, is cached
 (HVT_DISTRO_CACHE, default ~/.cache/horovod-train/distro, with the apt
-archives and pip's cache); each run copies it, copies this checkout in and
+archives and pip's and uv's caches); each run copies it, copies this checkout in and
 runs, chrooted, what a user types: scripts/setup.sh (system packages,
 .venv, Horovod compiled from source: no wheel cache is shared with the
 host), then horovodrun -np 2 -H localhost:2 over Gloo and over MPI. What
@@ -104,7 +104,8 @@ def in_tree(root: Path, command: str, timeout: int) -> subprocess.CompletedProce
     its own: /proc, /sys, /dev, the caches and the host's CA bundle bound in,
     all gone when it ends, with every process it started."""
     binds = [("/dev", "dev"), ("/sys", "sys"),
-             (CACHE / "pip", "root/.cache/pip"), (CACHE / "apt", "var/cache/apt/archives")]
+             (CACHE / "pip", "root/.cache/pip"), (CACHE / "uv", "root/.cache/uv"),
+             (CACHE / "apt", "var/cache/apt/archives")]
     env = ["HOME=/root", f"PATH={PATH}", "LANG=C.UTF-8", "DEBIAN_FRONTEND=noninteractive",
            "PIP_DISABLE_PIP_VERSION_CHECK=1", f"HVT_MNIST_T10K_DIR={DATA}/t10k"]
     ca = host_ca()
@@ -137,7 +138,7 @@ def debian13(tmp_path_factory):
     reason = skip_reason()
     if reason:
         pytest.skip(reason)
-    for cache in ("pip", "apt/partial"):
+    for cache in ("pip", "uv", "apt/partial"):
         (CACHE / cache).mkdir(parents=True, exist_ok=True)
     record = {"machine": machine_record(), "suite": SUITE}
     base, debootstrap_s = base_tree()

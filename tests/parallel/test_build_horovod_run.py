@@ -5,6 +5,7 @@ cached wheel instead of compiling."""
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -187,6 +188,60 @@ def test_cache_entry_is_named_by_the_key_and_records_its_inputs():
                  "horovod-0.28.1-torch-channels-last.patch", "pytorch",
                  "HOROVOD_WITH_GLOO"):
         assert fact in inputs
+
+
+def test_a_pytorch_setup_takes_the_three_framework_wheel_offline(tmp_path):
+    """The demo's setup (PyTorch alone) in a new venv, after the test
+    command's (all three): a broken entry of its own key is said and
+    removed, the test command's wheel serves it, and everything installs
+    from the caches with no network (as root, in a network namespace of its
+    own), the lock's packages at the lock's versions."""
+    record = json.loads((Path(sys.prefix) / build_horovod.BUILD_RECORD).read_text())
+    if set(record.get("wheel_frameworks", record["frameworks"])) != {
+            "pytorch", "tensorflow", "mxnet"}:
+        pytest.skip("this venv's Horovod wheel is not the test command's (all three frameworks)")
+    cache = tmp_path / "wheels"
+    real = build_horovod.default_cache_dir()
+    for kept in (build_horovod.entry_name(record["key"]), "uv"):
+        shutil.copytree(real / kept, cache / kept, copy_function=os.link)
+    key = subprocess.run([str(SCRIPT), "--python", sys.executable, "--print-key",
+                          "--frameworks", "pytorch", "--gpu-ops", "none"],
+                         capture_output=True, text=True, timeout=300).stdout.strip()
+    broken = cache / build_horovod.entry_name(key)
+    broken.mkdir()
+    shutil.copy(cache / build_horovod.entry_name(record["key"]) / "inputs.json", broken)
+    (broken / "horovod-0.28.1-cp311-cp311-linux_x86_64.whl").write_bytes(b"PK\x03\x04cut")
+    venv = tmp_path / "venv"
+    command = [str(REPO / "scripts" / "setup.sh"), "--venv", str(venv), "--frameworks",
+               "pytorch", "--gpu-ops", "none", "--no-apt"]
+    if os.geteuid() == 0:
+        command = ["unshare", "--net", "--", *command]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "HVT_WHEEL_CACHE": str(cache)})
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert f"the cached wheel in {broken} is broken" in result.stdout
+    assert not broken.exists()
+    assert "(built for pytorch, tensorflow, mxnet)" in result.stdout
+    assert "building Horovod" not in result.stdout
+
+    check = subprocess.run([str(SCRIPT), "--python", str(venv / "bin" / "python"),
+                            "--check-only"], capture_output=True, text=True, timeout=300)
+    assert check.returncode == 0, check.stderr
+    assert "[X] PyTorch" in check.stdout and "[ ] TensorFlow" in check.stdout
+    pins = {}  # a name, its versions (one per Python where the lock's lines have markers)
+    for line in build_horovod.LOCK.read_text().splitlines():
+        if build_horovod.lock.pin_name(line):
+            pins.setdefault(build_horovod.lock.pin_name(line), set()).add(
+                line.split("==")[1].split(";")[0].strip())
+    freeze = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "freeze",
+                             "--exclude-editable"], capture_output=True, text=True,
+                            timeout=120).stdout.splitlines()
+    # (Horovod, installed from the cached wheel's file, is "horovod @ file://...".)
+    installed = {build_horovod.lock.pin_name(line): line.split("==")[1] for line in freeze
+                 if "==" in line}
+    assert installed["torch"] in pins["torch"] and installed["mpi4py"] in pins["mpi4py"]
+    assert {name: version for name, version in installed.items()
+            if version not in pins.get(name, ())} == {}
 
 
 def test_check_only_checks_what_the_venv_was_built_for():
