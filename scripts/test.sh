@@ -33,28 +33,32 @@ end_phase() {
 }
 report() {
   local code=$?
+  # A wheelhouse left half-filled is filled again next time (no COMPLETE mark).
+  [[ -z "${house_pid:-}" ]] || kill "$house_pid" 2>/dev/null || true
   echo "test.sh: phase times: $(IFS=';'; echo "${phases[*]:-none}" | sed 's/;/, /g')"
   exit "$code"
 }
 trap report EXIT
 
-# All three frameworks: the suite trains each of them for real. No GPU
-# operations: the CPU image shares this Horovod wheel. As root, where the
-# images are built too, every package is downloaded once, into the
-# wheelhouse both images build from, and the venv is set up from it.
-setup=(scripts/setup.sh --frameworks pytorch,tensorflow,mxnet --gpu-ops none)
+# As root, where the images are built too, the wheelhouse they build from
+# is filled beside the setup (network beside compiling; the setup installs
+# from uv's cache and the index).
+house_pid=""
 if [[ $(id -u) -eq 0 ]]; then
-  house=$(scripts/build_image.sh --wheelhouse-only)
-  PIP_FIND_LINKS=$house PIP_NO_INDEX=1 "${setup[@]}"
-else
-  "${setup[@]}"
+  scripts/build_image.sh --wheelhouse-only >/dev/null & house_pid=$!
 fi
+# All three frameworks: the suite trains each of them for real. No GPU
+# operations: the CPU image shares this Horovod wheel.
+scripts/setup.sh --frameworks pytorch,tensorflow,mxnet --gpu-ops none
 end_phase setup
 # Both images, built with podman from docker/ as the context, as users type
 # it, then the image that carries the code, from the repository root, on the
 # GPU one's layers (root needed for podman's storage and for running them as
 # emulated hosts).
 if [[ $(id -u) -eq 0 ]]; then
+  wait "$house_pid" || { echo "test.sh: error: filling the wheelhouse failed (above)" >&2; exit 1; }
+  house_pid=""
+  end_phase wheelhouse
   scripts/build_image.sh --device cpu
   end_phase "cpu image"
   scripts/build_image.sh --device gpu
