@@ -33,9 +33,12 @@ Usage: docker/env/setup.sh --venv DIR [--frameworks LIST] [--gpu-ops auto|nccl|n
   --check-options    check the options and exit, installing nothing
 
 Environment: HVT_PYTHON (the interpreter for a new venv, default python3),
-HVT_WHEEL_CACHE (default ~/.cache/horovod-train/wheels).
-The first run builds Horovod (about 5 minutes on 2 cores); later runs take
-the cached wheel.
+HVT_WHEEL_CACHE (default ~/.cache/horovod-train/wheels). The packages are
+installed by uv, from its cache when it has them (no network needed);
+pip's PIP_FIND_LINKS, PIP_NO_INDEX, PIP_INDEX_URL, PIP_EXTRA_INDEX_URL and
+PIP_CERT are handed to it. The first run compiles mpi4py and Horovod
+(minutes); later runs, in any venv, take the cached wheel built for these
+frameworks or more.
 EOF
 }
 
