@@ -9,10 +9,11 @@ from conftest import REPO
 PREFIX = "HVT_"
 
 # Names of other programs the code reads: the tools' own and the platform's.
-FOREIGN_PREFIXES = ("HOROVOD_", "OMPI_", "NCCL_", "SLURM_", "SLURMD_")
+# pip's and uv's: the recipe hands pip's settings to uv (docker/env/setup.sh).
+FOREIGN_PREFIXES = ("HOROVOD_", "OMPI_", "NCCL_", "SLURM_", "SLURMD_", "PIP_", "UV_")
 FOREIGN = {"CUDA_HOME", "CXX", "HOME", "PATH", "PYTHONPATH", "XDG_CACHE_HOME",
            "LD_LIBRARY_PATH", "LD_PRELOAD", "GLIBC_TUNABLES", "OMP_NUM_THREADS",
-           "TF_CPP_MIN_LOG_LEVEL", "CUDA_VISIBLE_DEVICES", "PIP_CERT",
+           "TF_CPP_MIN_LOG_LEVEL", "CUDA_VISIBLE_DEVICES", "SSL_CERT_FILE",
            "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE"}  # torchrun's, in the DDP baseline
 
 PYTHON_READ = re.compile(
