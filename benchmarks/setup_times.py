@@ -35,7 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks import CHECKOUT
+from benchmarks import CHECKOUT, as_typed
 from horovod_train.core.atomic import atomic_write_bytes, atomic_write_json
 from horovod_train.core.errors import ArgumentParser, RunFailed, UserError, run_main
 
@@ -174,6 +174,15 @@ def table(revs: list[str], commits: list[str], results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def typed_command(args) -> str:
+    """The command as typed, each folder given resolved and then named, so
+    that no machine's paths travel with the record."""
+    names = {path.resolve(): name for path, name in ((args.t10k, "T10K_DIR"),
+                                                     (args.work_dir, "WORK_DIR")) if path}
+    given = [str(Path(a).resolve()) if Path(a).exists() else a for a in sys.argv[1:]]
+    return shlex.join([f"benchmarks/{PROG}.sh", *as_typed(given, names)])
+
+
 def main() -> int:
     args = parse_args(sys.argv[1:])
     try:
@@ -193,7 +202,7 @@ def main() -> int:
         shutil.rmtree(work, ignore_errors=True)
     report = table(args.revs, args.commits, results)
     atomic_write_json(args.out_dir / f"{PROG}.json", {
-        "benchmark": PROG, "command": shlex.join([f"benchmarks/{PROG}.sh", *sys.argv[1:]]),
+        "benchmark": PROG, "command": typed_command(args),
         "revs": dict(zip(args.revs, args.commits, strict=True)), "phases": args.phases,
         "t10k": args.t10k is not None, "results": results, "machine": machine_record()})
     atomic_write_bytes(args.out_dir / f"{PROG}.md", report.encode())
