@@ -29,3 +29,37 @@ def test_trainer_throughput_bad_options_are_one_error_line(args, message, capsys
     assert ended.value.code == 2
     said = capsys.readouterr().err
     assert said.startswith(f"trainer_throughput.py: error: {message}") and said.count("\n") == 1
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--phases", "again"], "--phases: again and second time what follows cold; add cold"),
+    (["--phases", "second,cold"], "--phases: give them in the order cold, again, second"),
+    (["--phases", "warm"], "--phases takes cold, again, second, cold-demo; got warm"),
+    (["--revs", ","], "--revs is empty"),
+])
+def test_setup_times_bad_options_are_one_error_line(args, message, capsys):
+    from benchmarks import setup_times
+
+    with pytest.raises(SystemExit) as ended:
+        setup_times.parse_args(args)
+    assert ended.value.code == 2
+    said = capsys.readouterr().err
+    assert message in said and said.count("\n") == 1
+
+
+def test_setup_times_names_a_rev_that_is_no_commit():
+    from benchmarks import setup_times
+    from horovod_train.core.errors import UserError
+
+    with pytest.raises(UserError, match="--revs: no-such-rev is no commit"):
+        setup_times.parse_args(["--revs", "HEAD,no-such-rev"])
+
+
+def test_setup_times_table_gives_each_phase_its_ratio_to_the_first_commit():
+    from benchmarks import setup_times
+
+    results = {"a" * 40: {"cold": {"seconds": 400.0}, "second": {"seconds": 200.0}},
+               "b" * 40: {"cold": {"seconds": 300.0}, "second": {"seconds": 20.0}}}
+    table = setup_times.table(["old", "new"], list(results), results)
+    assert "| cold | 400 s | 300 s (0.75x) |" in table
+    assert "| second | 200 s | 20 s (0.10x) |" in table
