@@ -512,9 +512,10 @@ def serving_entry(cache: Path, inputs: dict, key: str) -> Path | None:
     PyTorch takes the test command's wheel for all three), newest first. A
     broken entry is said and removed, so that it is built again."""
     exact = cache / entry_name(key)
-    others = [e for e in cache.glob(entry_name("*")) if e != exact and e.is_dir()
-              and serves(recorded_inputs(e), inputs)]
-    others.sort(key=lambda e: (len(recorded_inputs(e)["frameworks"]), -e.stat().st_mtime))
+    built = {e: recorded_inputs(e) for e in cache.glob(entry_name("*"))
+             if e != exact and e.is_dir()}
+    others = sorted((e for e, recorded in built.items() if serves(recorded, inputs)),
+                    key=lambda e: (len(built[e]["frameworks"]), -e.stat().st_mtime))
     for entry in ([exact] if exact.is_dir() else []) + others:
         problem = entry_problem(entry)
         if problem is None:
