@@ -1,0 +1,131 @@
+"""Horovod's TensorFlow and Keras parts with Keras 3 variables: the cases
+of horovod#4290, run on every rank of a real horovodrun. Each rank starts
+from different weights; a case prints `CASE name ok` or fails the rank
+with what differed. Used by tests/parallel/test_keras3.py.
+
+    horovodrun -np 2 -H localhost:2 --gloo python tests/keras3_cases.py
+"""
+
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import horovod.tensorflow as hvd  # noqa: E402
+import horovod.tensorflow.keras as hvd_keras  # noqa: E402
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+
+def model_of_rank(seed: int) -> keras.Model:
+    keras.utils.set_random_seed(seed)
+    return keras.Sequential([
+        keras.layers.Input((6,)),
+        keras.layers.Dense(8, activation="relu", name="hidden"),
+        keras.layers.BatchNormalization(name="norm"),
+        keras.layers.Dense(3, name="out"),
+    ], name="case_model")
+
+
+def arrays(variables) -> list[np.ndarray]:
+    return [np.asarray(v.numpy() if hasattr(v, "numpy") else v) for v in variables]
+
+
+def same_on_every_rank(variables, what: str) -> None:
+    """Every rank's values equal rank 0's, to the bit."""
+    mine = arrays(variables)
+    root = [hvd.broadcast(tf.constant(a), root_rank=0, name=f"{what}.{i}").numpy()
+            for i, a in enumerate(mine)]
+    for i, (a, b) in enumerate(zip(mine, root, strict=True)):
+        if not np.array_equal(a, b):
+            raise AssertionError(f"{what}: variable {i} differs from rank 0's on rank "
+                                 f"{hvd.rank()}")
+
+
+def batch(seed: int, n: int = 16):
+    rng = np.random.default_rng(seed)
+    return (rng.normal(size=(n, 6)).astype("float32"), rng.integers(0, 3, size=n))
+
+
+def broadcast_model_and_optimizer() -> None:
+    model = model_of_rank(100 + hvd.rank())
+    optimizer = keras.optimizers.SGD(0.1, momentum=0.9)
+    optimizer.build(model.trainable_variables)
+    # Each rank's momentum slots hold something of its own before the broadcast.
+    for v in optimizer.variables:
+        v.assign(tf.fill(v.shape, tf.cast(hvd.rank() + 1, v.dtype)))
+    hvd.broadcast_variables(model.variables, root_rank=0)
+    hvd.broadcast_variables(optimizer.variables, root_rank=0)
+    same_on_every_rank(model.variables, "model")
+    same_on_every_rank(optimizer.variables, "optimizer")
+
+
+def gradient_tape_averages() -> None:
+    model = model_of_rank(7)  # the same weights on every rank
+    images, labels = batch(200 + hvd.rank())
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    with tf.GradientTape() as tape:
+        loss = loss_fn(labels, model(images, training=True))
+    local = [g.numpy() for g in tape.gradient(loss, model.trainable_variables)]
+    with tf.GradientTape() as tape:
+        loss = loss_fn(labels, model(images, training=True))
+    tape = hvd.DistributedGradientTape(tape)
+    tape.register_local_source(model.trainable_variables[0])
+    averaged = [g.numpy() for g in tape.gradient(loss, model.trainable_variables)]
+    # The local source's gradient is this rank's, scaled by 1/size; every
+    # other one is the mean of the ranks'.
+    np.testing.assert_allclose(averaged[0], local[0] / hvd.size(), rtol=1e-5, atol=1e-7)
+    for i, (got, own) in enumerate(zip(averaged[1:], local[1:], strict=True), start=1):
+        mean = hvd.allreduce(tf.constant(own), op=hvd.Average, name=f"expected.{i}").numpy()
+        np.testing.assert_allclose(got, mean, rtol=1e-5, atol=1e-7)
+
+
+def fit_with_callbacks() -> None:
+    model = model_of_rank(300 + hvd.rank())
+    lr = 0.05
+    optimizer = hvd_keras.DistributedOptimizer(keras.optimizers.SGD(lr * hvd.size(),
+                                                                    momentum=0.9))
+    model.compile(optimizer=optimizer,
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"])
+    images, labels = batch(400 + hvd.rank(), n=64)
+    history = model.fit(images, labels, batch_size=16, epochs=3, verbose=0, callbacks=[
+        hvd_keras.callbacks.BroadcastGlobalVariablesCallback(0),
+        hvd_keras.callbacks.MetricAverageCallback(),
+        hvd_keras.callbacks.LearningRateWarmupCallback(initial_lr=lr * hvd.size(),
+                                                       warmup_epochs=2, verbose=0),
+    ])
+    # The broadcast and the averaged gradients keep the ranks in step (the
+    # batch-norm statistics stay each rank's own: Horovod averages gradients).
+    same_on_every_rank(model.trainable_variables, "fit model")
+    same_on_every_rank(optimizer.variables, "fit optimizer")
+    # MetricAverageCallback: the logs every rank saw are the same average.
+    loss = np.array(history.history["loss"])
+    same_on_every_rank([loss], "fit loss")
+    # The warmup reached the scaled rate.
+    reached = float(np.asarray(optimizer.learning_rate))
+    if not np.isclose(reached, lr * hvd.size()):
+        raise AssertionError(f"the learning rate after warmup is {reached}, not "
+                             f"{lr * hvd.size()}")
+
+
+CASES = {
+    "broadcast": broadcast_model_and_optimizer,
+    "gradient-tape": gradient_tape_averages,
+    "fit": fit_with_callbacks,
+}
+
+
+def main(names: list[str]) -> None:
+    hvd.init()
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    for name in names or CASES:
+        CASES[name]()
+        if hvd.rank() == 0:
+            print(f"CASE {name} ok (keras {keras.__version__}, tensorflow {tf.__version__})",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
