@@ -213,6 +213,14 @@ def debian_cuda12(tree: Path) -> None:
         (tree / "version.txt").write_text(f"CUDA Version {CUDA12_TOOLKIT}\n")
 
 
+def lock_only_pip_env() -> dict[str, str]:
+    """pip's environment for installing the lock's pins: a constraint file
+    set for pip site-wide (pip.conf's `constraint`) would stand against the
+    lock's own pins, and the lock is the constraint here, as it is for uv,
+    which reads no pip.conf. Index and mirror settings stay."""
+    return {**os.environ, "PIP_CONSTRAINT": ""}
+
+
 def cuda_toolkit(cache: Path, python: str, cuda_major: int = CUDA_MAJORS[0]) -> Path:
     """The CUDA toolkit Horovod's kernels compile against: $CUDA_HOME when
     set, else the lock's cuda-toolkit[nvcc,cccl] wheels (the CUDA that torch's own
@@ -236,17 +244,20 @@ def cuda_toolkit(cache: Path, python: str, cuda_major: int = CUDA_MAJORS[0]) -> 
             (target / "COMPLETE").write_text(f"{CUDA12_TOOLKIT}\n")
         return target
     # nvcc, and CCCL: CUDA's own headers (cuda_fp16.h) include its nv/target.
-    requirement = f"cuda-toolkit[nvcc,cccl]=={locked_version('cuda-toolkit')}"
+    # CCCL is torch's own pin (a release of its own, which cuda-toolkit's
+    # cccl extra would hold to the toolkit's minor).
+    requirement = f"cuda-toolkit[nvcc]=={locked_version('cuda-toolkit')}"
+    cccl = f"nvidia-cuda-cccl=={locked_version('nvidia-cuda-cccl')}"
     target = cache / f"cuda-toolkit-{locked_version('cuda-toolkit')}"
     complete = target / "COMPLETE"
-    if not complete.is_file() or complete.read_text().strip() != requirement:
-        log(f"installing the CUDA compiler ({requirement} wheels) into {target}")
+    if not complete.is_file() or complete.read_text().split() != [requirement, cccl]:
+        log(f"installing the CUDA compiler ({requirement} and {cccl} wheels) into {target}")
         target.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=target.parent, prefix=".cuda-") as tmp:
             result = subprocess.run(
                 [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                 "--target", tmp, "-c", str(LOCK), requirement],
-                capture_output=True, text=True, timeout=1200)
+                 "--target", tmp, "-c", str(LOCK), requirement, cccl],
+                env=lock_only_pip_env(), capture_output=True, text=True, timeout=1200)
             if result.returncode != 0:
                 detail = (result.stderr.strip().splitlines() or ["no output"])[-1]
                 raise RunFailed(f"installing {requirement} failed: {detail}")
@@ -255,7 +266,7 @@ def cuda_toolkit(cache: Path, python: str, cuda_major: int = CUDA_MAJORS[0]) -> 
                     (lib / "libcudart.so").symlink_to(runtime.name)
                 # nvcc links from lib64 (its nvcc.profile), the wheels fill lib.
                 (lib.parent / "lib64").symlink_to("lib")
-            (Path(tmp) / "COMPLETE").write_text(requirement + "\n")
+            (Path(tmp) / "COMPLETE").write_text(f"{requirement}\n{cccl}\n")
             if target.exists():
                 shutil.rmtree(target)
             os.replace(tmp, target)

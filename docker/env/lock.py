@@ -20,6 +20,23 @@ HERE = Path(__file__).resolve().parent
 LOCK = HERE / "constraints.txt"
 CUDA12_PINS = HERE / "constraints-cuda12.txt"
 CUDA_MAJORS = (13, 12)  # the lock's, then its variant's
+FRAMEWORK_PYTHONS_FILE = HERE / "framework-pythons.txt"
+
+
+def framework_pythons(path: Path = FRAMEWORK_PYTHONS_FILE) -> dict[str, list[str]]:
+    """framework-pythons.txt: each framework's Pythons, in its order."""
+    table = {}
+    for line in path.read_text().splitlines():
+        words = line.split("#")[0].split()
+        if words:
+            table[words[0]] = words[1:]
+    return table
+
+
+FRAMEWORK_PYTHONS = framework_pythons()
+# Every Python the lock serves, oldest first.
+PYTHONS = sorted({p for ps in FRAMEWORK_PYTHONS.values() for p in ps},
+                 key=lambda p: tuple(map(int, p.split("."))))
 
 
 def pin_name(line: str) -> str | None:

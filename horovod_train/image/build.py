@@ -161,14 +161,16 @@ def wheelhouse(python: str, cuda: int = build_horovod.CUDA_MAJORS[0]) -> Path:
         requirements.write("\n".join(p for p in pins if not p.startswith("mpi4py==")) + "\n")
         requirements.flush()
         run(python, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary", ":all:",
-            "-d", str(house), "-r", requirements.name, stdout=sys.stderr)
+            "-d", str(house), "-r", requirements.name, stdout=sys.stderr,
+            env=build_horovod.lock_only_pip_env())
     mpi4py = next(p for p in pins if p.startswith("mpi4py=="))
     horovod = f"horovod=={build_horovod.HOROVOD_VERSION}"
     # Their sources alone: pip still prepares each one's metadata in a build
     # environment, whose setuptools and Cython are taken as wheels (":all:"
     # would compile them too, minutes on a cold machine).
     run(python, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", "mpi4py,horovod",
-        "-d", str(house), mpi4py, horovod, stdout=sys.stderr)
+        "-d", str(house), mpi4py, horovod, stdout=sys.stderr,
+        env=build_horovod.lock_only_pip_env())
     (house / "COMPLETE").write_text(lock)
     log(f"filled the wheelhouse in {time.monotonic() - started:.0f} s")
     return house
