@@ -101,26 +101,29 @@ if [[ "$gpu_ops" == auto ]]; then
 fi
 # Horovod compiles its GPU operations into every framework's binding and
 # refuses a framework without CUDA; of ours only torch's wheels are CUDA
-# builds (TensorFlow 2.15's GPU wheels are CUDA 12, MXNet's last CUDA 11.2).
+# builds (TensorFlow's GPU wheels are CUDA 12, MXNet's last CUDA 11.2).
 if [[ "$gpu_ops" == nccl && "$frameworks" != pytorch ]]; then
   die "--gpu-ops nccl builds Horovod for pytorch alone (got --frameworks $frameworks);" \
       "TensorFlow and MXNet run in a --gpu-ops none environment"
 fi
-# The Python rule: 3.11 takes every framework; 3.12 and 3.13 take PyTorch
-# alone (TensorFlow 2.15 and MXNet 1.9, the lock's, stop at 3.11). It is
-# checked on the venv's interpreter once there is one, else HVT_PYTHON's:
-# here when that runs already, else once the system packages brought it.
+# The Python rule: each framework on the Pythons framework-pythons.txt
+# gives it (MXNet 1.9 on 3.11 alone). It is checked on the venv's
+# interpreter once there is one, else HVT_PYTHON's: here when that runs
+# already, else once the system packages brought it.
+framework_pythons() {  # FRAMEWORK: its Pythons, space-separated
+  sed 's/#.*//' "$here/framework-pythons.txt" | awk -v f="$1" '$1 == f { $1 = ""; print substr($0, 2) }'
+}
 python_rule() {
-  local version f
+  local version f all
   version=$("$1" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null) || return 1
-  case "$version" in
-    3.11) ;;
-    3.12|3.13)
-      for f in "${wanted[@]}"; do
-        [[ "$f" == pytorch ]] || die "$f needs Python 3.11 (TensorFlow 2.15 and MXNet 1.9 stop there); $1 is $version: set HVT_PYTHON to a 3.11 interpreter, or set up pytorch alone"
-      done ;;
-    *) die "Python 3.11, 3.12 or 3.13 needed (3.11 for TensorFlow and MXNet); $1 is $version; set HVT_PYTHON" ;;
-  esac
+  all=$(sed 's/#.*//' "$here/framework-pythons.txt" | awk '{ $1 = ""; print }' | tr ' ' '\n' \
+        | grep . | sort -uV | paste -sd' ')
+  [[ " $all " == *" $version "* ]] \
+    || die "Python ${all// /, } needed; $1 is $version; set HVT_PYTHON"
+  for f in "${wanted[@]}"; do
+    [[ " $(framework_pythons "$f") " == *" $version "* ]] \
+      || die "$f needs Python $(framework_pythons "$f" | sed 's/ /, /g'); $1 is $version: set HVT_PYTHON to a Python it takes, or leave $f out"
+  done
 }
 rule_python=${HVT_PYTHON:-python3}
 [[ -x "$venv/bin/python" ]] && rule_python=$venv/bin/python
@@ -230,6 +233,8 @@ uv_install() {
 echo "setup.sh: installing pinned Python packages (${groups[*]} mpi, CUDA $cuda) into $venv"
 uv_install "${requirements[@]}"
 echo "$cuda" > "$venv/horovod-cuda"
+# Fixes no release will carry (MXNet is retired), before anything imports it.
+"$venv/bin/python" "$here/patch_packages.py" || die "patching the installed packages failed"
 if [[ -n "$editable" ]]; then
   uv_install --no-deps -e "$editable"
 fi
