@@ -64,9 +64,16 @@ def init(use_gpu: bool, threads: int | None, seed: int) -> runtime.Runtime:
     return runtime.describe(hvd, device, threads)
 
 
+def variable_name(variable) -> str:
+    """A variable's name, unique in the model: Keras 3 names a variable by
+    its layer alone ("kernel") and keeps the whole name as its path
+    ("mnist_cnn/conv1/kernel"); Keras 2 (tf-keras) names it whole."""
+    return getattr(variable, "path", None) or variable.name
+
+
 def model_arrays(model: tf.keras.Model, optimizer) -> dict[str, tf.Variable]:
     """Every variable a checkpoint holds, by a stable name."""
-    named = {v.name: v for v in model.weights}
+    named = {variable_name(v): v for v in model.weights}
     named.update({f"optimizer/{i}": v for i, v in enumerate(optimizer.variables)})
     return named
 
@@ -174,7 +181,7 @@ class TensorFlowTrainer(loop.Trainer):
 
     def average_buffers(self) -> None:
         for v in self.model.non_trainable_variables:  # batch-norm moving statistics
-            v.assign(hvd.allreduce(v, op=hvd.Average, name=f"buffer.{v.name}"))
+            v.assign(hvd.allreduce(v, op=hvd.Average, name=f"buffer.{variable_name(v)}"))
 
     def save_checkpoint(self, epochs_done: int, extra: dict) -> None:
         array_checkpoint.save(self.config.outputs.checkpoint_dir, "tensorflow", MODEL_NAME,
@@ -182,7 +189,7 @@ class TensorFlowTrainer(loop.Trainer):
                               extra)
 
     def digest(self) -> str:
-        return distributed.digest((v.name, v.numpy()) for v in self.model.weights)
+        return distributed.digest((variable_name(v), v.numpy()) for v in self.model.weights)
 
 
 def as_tensors(images: np.ndarray, labels: np.ndarray):
