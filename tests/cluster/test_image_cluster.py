@@ -95,7 +95,7 @@ def test_the_gpu_image_says_so_itself_when_the_driver_or_the_gpus_are_missing(va
                      "DRIVER_RELEASE=535.104.05", "/usr/local/bin/entrypoint.sh", "echo", "started")
     assert refused.returncode == 2 and "started" not in refused.stdout, refused.stdout
     assert refused.stderr.startswith("entrypoint: error: the NVIDIA driver 535.104.05 supports "
-                                     "CUDA up to 12.2, and this image is built for CUDA 13.0 "
+                                     "CUDA up to 12.2, and this image is built for CUDA 13.2 "
                                      "(driver 580.65.06 or newer)"), refused.stderr
     assert "NVIDIA_REQUIRE_CUDA" not in run_on("a", "env").stdout
     no_gpu = run_on("a", "python", "horovod_train/pytorch_mnist.py", "--data-dir", "/data",

@@ -7,11 +7,12 @@ about 15 GB free: torch's CUDA wheels).
 A minbase tree made by debootstrap, as the image's base is, is cached
 (HVT_DISTRO_CACHE, default ~/.cache/horovod-train/distro, with the apt
 archives and pip's and uv's caches); each run copies it, copies this checkout in and
-runs, chrooted, what a user types: scripts/setup.sh (system packages,
-.venv, Horovod compiled from source: no wheel cache is shared with the
-host), then horovodrun -np 2 -H localhost:2 over Gloo and over MPI. What
-was seen is written to runs/distro/debian13-pytorch.json (HVT_DISTRO_RECORD
-names another file); a committed copy lives in benchmarks/results/."""
+runs, chrooted, what a user types: scripts/setup.sh --frameworks
+pytorch,tensorflow (system packages, .venv, Horovod compiled from source:
+no wheel cache is shared with the host), then the PyTorch and TensorFlow
+trainers with horovodrun -np 2 -H localhost:2 over Gloo and over MPI. What
+was seen is written to runs/distro/debian13.json (HVT_DISTRO_RECORD names
+another file); a committed copy lives in benchmarks/results/."""
 
 import json
 import os
@@ -35,8 +36,10 @@ SUITE = "trixie"  # Debian 13
 MIRROR = "http://deb.debian.org/debian"
 CACHE = Path(os.environ.get("HVT_DISTRO_CACHE",
                             Path.home() / ".cache" / "horovod-train" / "distro"))
-RECORD = Path(os.environ.get("HVT_DISTRO_RECORD", REPO / "runs" / "distro" /
-                             "debian13-pytorch.json"))
+RECORD = Path(os.environ.get("HVT_DISTRO_RECORD", REPO / "runs" / "distro" / "debian13.json"))
+FRAMEWORKS = "pytorch,tensorflow"  # what Python 3.13 takes
+TRAINERS = {"pytorch": "horovod_train/pytorch_mnist.py",
+            "tensorflow": "horovod_train/tensorflow2_mnist.py"}
 # Inside the tree, where a user of the host would have them.
 USER_DIR = "/home/user"
 CHECKOUT = f"{USER_DIR}/horovod-train"
@@ -163,7 +166,8 @@ def debian13(tmp_path_factory):
     record["debian_version"] = (root / "etc" / "debian_version").read_text().strip()
 
     started = time.monotonic()
-    setup = in_tree(root, f"cd {CHECKOUT} && scripts/setup.sh", timeout=3600)
+    setup = in_tree(root, f"cd {CHECKOUT} && scripts/setup.sh --frameworks {FRAMEWORKS}",
+                    timeout=3600)
     record["setup_s"] = round(time.monotonic() - started, 1)
     record["setup_exit"] = setup.returncode
     record["setup_tail"] = tail(setup, 12).splitlines()
@@ -174,15 +178,17 @@ def debian13(tmp_path_factory):
     print(f"distro record: {RECORD}", file=sys.stderr)
 
 
-def test_setup_sets_up_pytorch_on_python_3_13(debian13):
+def test_setup_sets_up_pytorch_and_tensorflow_on_python_3_13(debian13):
     setup, record = debian13["setup"], debian13["record"]
     assert setup.returncode == 0, tail(setup)
     versions = in_tree(debian13["root"], f"{CHECKOUT}/.venv/bin/python -c '"
-                       "import sys, numpy, torch, horovod; print(sys.version.split()[0], "
-                       "numpy.__version__, torch.__version__, horovod.__version__)'", 300)
+                       "import sys, numpy, torch, tensorflow, keras, horovod; "
+                       "print(sys.version.split()[0], numpy.__version__, torch.__version__, "
+                       "tensorflow.__version__, keras.__version__, horovod.__version__)'", 300)
     assert versions.returncode == 0, tail(versions)
-    python, numpy, torch, horovod = versions.stdout.split()
-    record.update(python=python, numpy=numpy, torch=torch, horovod=horovod)
+    python, numpy, torch, tensorflow, keras, horovod = versions.stdout.split()[-6:]
+    record.update(python=python, numpy=numpy, torch=torch, tensorflow=tensorflow, keras=keras,
+                  horovod=horovod)
     assert python.startswith("3.13.")
     build = json.loads((debian13["root"] / CHECKOUT.lstrip("/") / ".venv" /
                         "horovod-build.json").read_text())
@@ -193,14 +199,15 @@ def test_setup_sets_up_pytorch_on_python_3_13(debian13):
     check = in_tree(debian13["root"], f"{CHECKOUT}/.venv/bin/horovodrun --check-build", 300)
     record["check_build"] = [line for line in check.stdout.splitlines() if "[X]" in line]
     assert check.returncode == 0, tail(check)
-    assert {"[X] PyTorch", "[X] MPI", "[X] Gloo"} <= {
+    assert {"[X] PyTorch", "[X] TensorFlow", "[X] MPI", "[X] Gloo"} <= {
         line.strip() for line in record["check_build"]}, check.stdout
 
 
-@pytest.mark.parametrize("framework", ["tensorflow", "mxnet"])
-def test_setup_refuses_tensorflow_and_mxnet_on_3_13_in_one_line(debian13, framework):
+def test_setup_refuses_mxnet_on_3_13_in_one_line(debian13):
     if debian13["setup"].returncode != 0:
-        pytest.skip("setup failed (test_setup_sets_up_pytorch_on_python_3_13 says how)")
+        pytest.skip("setup failed (test_setup_sets_up_pytorch_and_tensorflow_on_python_3_13 "
+                    "says how)")
+    framework = "mxnet"
     refused = in_tree(debian13["root"],
                       f"cd {CHECKOUT} && scripts/setup.sh --frameworks pytorch,{framework}", 300)
     debian13["record"].setdefault("refusals", {})[framework] = {
@@ -211,20 +218,22 @@ def test_setup_refuses_tensorflow_and_mxnet_on_3_13_in_one_line(debian13, framew
     assert refused.stderr.startswith(f"setup.sh: error: {framework} needs Python 3.11")
 
 
+@pytest.mark.parametrize("framework", list(TRAINERS))
 @pytest.mark.parametrize("controller", ["gloo", "mpi"])
-def test_two_ranks_train_on_debian13(debian13, controller):
+def test_two_ranks_train_on_debian13(debian13, framework, controller):
     if debian13["setup"].returncode != 0:
-        pytest.skip("setup failed (test_setup_sets_up_pytorch_on_python_3_13 says how)")
-    log_dir = f"{USER_DIR}/runs/{controller}"
+        pytest.skip("setup failed (test_setup_sets_up_pytorch_and_tensorflow_on_python_3_13 "
+                    "says how)")
+    log_dir = f"{USER_DIR}/runs/{framework}-{controller}"
     command = (f"cd {CHECKOUT} && .venv/bin/horovodrun -np 2 -H localhost:2 --{controller} "
-               f".venv/bin/python horovod_train/pytorch_mnist.py --data-dir {DATA} "
+               f".venv/bin/python {TRAINERS[framework]} --data-dir {DATA} "
                f"--no-download --epochs 3 --no-progress --log-dir {log_dir}")
     started = time.monotonic()
     run = in_tree(debian13["root"], command, timeout=900)
     seconds = time.monotonic() - started
     summary_file = debian13["root"] / log_dir.lstrip("/") / "summary.json"
     summary = json.loads(summary_file.read_text()) if summary_file.is_file() else {}
-    debian13["record"]["runs"][controller] = {
+    debian13["record"]["runs"][f"{framework}-{controller}"] = {
         "command": command.split("&& ", 1)[1], "exit": run.returncode,
         "seconds": round(seconds, 1), "test_accuracy": summary.get("test_accuracy"),
         "weights_identical": summary.get("weights_identical"),

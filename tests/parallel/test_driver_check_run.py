@@ -87,5 +87,5 @@ def test_the_trainers_check_reads_the_same_driver(driver_dir):
     assert result.stdout == "runs\n", result.stderr
     assert result.returncode == 2, result.stderr
     assert result.stderr.startswith("trainer: error: the NVIDIA driver")
-    assert "supports CUDA up to 12.2, and this build of torch and Horovod needs CUDA 13.0" \
+    assert "supports CUDA up to 12.2, and this build of torch and Horovod needs CUDA 13.2" \
         in result.stderr
