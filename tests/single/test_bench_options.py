@@ -63,3 +63,43 @@ def test_setup_times_table_gives_each_phase_its_ratio_to_the_first_commit():
     table = setup_times.table(["old", "new"], list(results), results)
     assert "| cold | 400 s | 300 s (0.75x) |" in table
     assert "| second | 200 s | 20 s (0.10x) |" in table
+
+
+@pytest.fixture
+def two_venvs(tmp_path):
+    """Two folders that look like venvs to epoch_times' checks."""
+    for name in ("old", "new"):
+        (tmp_path / name / "bin").mkdir(parents=True)
+        (tmp_path / name / "bin" / "horovodrun").touch()
+    return tmp_path
+
+
+@pytest.mark.parametrize("venvs, extra, message", [
+    ("{d}/old,{d}/none", [], "--venvs: {d}/none has no bin/horovodrun"),
+    ("{d}/old,{d}/old", [], "--venvs names one environment twice"),
+    ("{d}/old,{d}/new@NOVALUE", [], "--venvs: {d}/new@NOVALUE: settings are @NAME=VALUE"),
+    ("{d}/old,{d}/new", ["--frameworks", "jax"], "--frameworks takes pytorch, tensorflow, "
+                                                 "mxnet; got jax"),
+    ("{d}/old,{d}/new", ["--epochs", "1"], "--epochs takes 2 or more"),
+])
+def test_epoch_times_bad_options_are_one_error_line(two_venvs, venvs, extra, message, capsys):
+    from benchmarks import epoch_times
+    with pytest.raises(SystemExit) as ended:
+        epoch_times.parse_args(["--venvs", venvs.format(d=two_venvs), "--data-dir",
+                                str(two_venvs), *extra])
+    assert ended.value.code == 2
+    said = capsys.readouterr().err.strip().splitlines()
+    assert len(said) == 1 and message.format(d=two_venvs) in said[0], said
+
+
+def test_epoch_times_labels_a_venv_by_its_folder_and_settings(two_venvs):
+    from benchmarks import epoch_times
+    args = epoch_times.parse_args(["--venvs", f"{two_venvs}/old,{two_venvs}/old@A=1@B=2",
+                                   "--data-dir", str(two_venvs), "--", "--batch-size", "32"])
+    assert [epoch_times.label(v) for v in args.venvs] == ["old", "old@A=1@B=2"]
+    assert args.trainer_args == ["--batch-size", "32"]
+    results = {"tensorflow": {"old": {"version": "2.21.0", "epoch_s": 1.2, "test_accuracy": 0.985},
+                              "old@A=1@B=2": {"version": "2.21.0", "epoch_s": 0.9,
+                                              "test_accuracy": 0.985}}}
+    table = epoch_times.table(args, results)
+    assert "| tensorflow | old@A=1@B=2 | 2.21.0 | 0.90 | 0.75 | 98.50% |" in table
