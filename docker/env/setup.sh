@@ -80,8 +80,15 @@ here=$(cd "$(dirname "$0")" && pwd)
 # torch's CUDA major: what --cuda says, else what the venv has, else what
 # the NVIDIA driver runs (nvidia_driver.py's rule, said in one line; a driver
 # too old for any is refused here, before any download), else 13.
+# A bare machine has no interpreter to ask yet: the choice waits for the
+# system packages, which bring one.
+choose_cuda=0
 if [[ -z "$cuda" && ! -f "$venv/horovod-cuda" && "$gpu_ops" != none ]]; then
-  cuda=$("${HVT_PYTHON:-python3}" "$here/nvidia_driver.py" --choose-cuda) || exit 2
+  if "${HVT_PYTHON:-python3}" -c '' 2>/dev/null; then
+    cuda=$("${HVT_PYTHON:-python3}" "$here/nvidia_driver.py" --choose-cuda) || exit 2
+  else
+    choose_cuda=1 cuda=13
+  fi
 fi
 [[ -n "$cuda" ]] || cuda=$(cat "$venv/horovod-cuda" 2>/dev/null || echo 13)
 # Bad input is refused here, before minutes of installing.
@@ -187,6 +194,10 @@ wait_for_apt() {
 }
 
 # Python environment, pinned by the lock beside this file.
+if [[ $choose_cuda -eq 1 ]]; then
+  wait_for_apt
+  cuda=$("$python" "$here/nvidia_driver.py" --choose-cuda) || exit 2
+fi
 if [[ ! -x "$venv/bin/python" ]]; then
   python_rule "$python" || die "$python does not run; set HVT_PYTHON"
   echo "setup.sh: creating $venv"
