@@ -218,7 +218,7 @@ def lock_only_pip_env() -> dict[str, str]:
     set for pip site-wide (pip.conf's `constraint`) would stand against the
     lock's own pins, and the lock is the constraint here, as it is for uv,
     which reads no pip.conf. Index and mirror settings stay."""
-    return {**os.environ, "PIP_CONSTRAINT": ""}
+    return {**os.environ, "PIP_CONSTRAINT": os.devnull}  # an empty value keeps the file's
 
 
 def cuda_toolkit(cache: Path, python: str, cuda_major: int = CUDA_MAJORS[0]) -> Path:
