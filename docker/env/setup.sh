@@ -197,6 +197,7 @@ wait_for_apt() {
 if [[ $choose_cuda -eq 1 ]]; then
   wait_for_apt
   cuda=$("$python" "$here/nvidia_driver.py" --choose-cuda) || exit 2
+  [[ -n "$cuda" ]] || cuda=13  # no driver: the lock's own
 fi
 if [[ ! -x "$venv/bin/python" ]]; then
   python_rule "$python" || die "$python does not run; set HVT_PYTHON"
