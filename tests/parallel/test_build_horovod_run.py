@@ -5,6 +5,7 @@ cached wheel instead of compiling."""
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -270,11 +271,12 @@ def test_cuda_compiler_is_the_cuda_of_torchs_pin():
     torch's own pin names, so Horovod's kernels and torch share one CUDA."""
     toolkit = build_horovod.locked_version("cuda-toolkit")
     nvcc = build_horovod.locked_version("nvidia-cuda-nvcc")
-    assert toolkit.split(".")[:2] == nvcc.split(".")[:2] == ["13", "0"]
     torch_requires = subprocess.run(
         [sys.executable, "-c", "import importlib.metadata as m; print(m.requires('torch'))"],
         capture_output=True, text=True, timeout=60).stdout
-    assert "cuda-toolkit" in torch_requires and "13.0" in torch_requires
+    assert re.search(rf"cuda-toolkit\[[^]]*\]=={re.escape(toolkit)}\b", torch_requires), \
+        torch_requires
+    assert nvcc.split(".")[:2] == toolkit.split(".")[:2]
 
 
 def test_gpu_build_plan_finds_the_nccl_of_torchs_wheel():
