@@ -33,10 +33,14 @@ def framework_pythons(path: Path = FRAMEWORK_PYTHONS_FILE) -> dict[str, list[str
     return table
 
 
+def python_key(python: str) -> tuple[int, ...]:
+    """A Python's release as numbers, to order and compare: "3.13" -> (3, 13)."""
+    return tuple(int(part) for part in python.split("."))
+
+
 FRAMEWORK_PYTHONS = framework_pythons()
 # Every Python the lock serves, oldest first.
-PYTHONS = sorted({p for ps in FRAMEWORK_PYTHONS.values() for p in ps},
-                 key=lambda p: tuple(map(int, p.split("."))))
+PYTHONS = sorted({p for ps in FRAMEWORK_PYTHONS.values() for p in ps}, key=python_key)
 
 
 def pin_name(line: str) -> str | None:

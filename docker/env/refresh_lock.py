@@ -24,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from lock import FRAMEWORK_PYTHONS, LOCK, PYTHONS, pin_name
+from lock import FRAMEWORK_PYTHONS, LOCK, PYTHONS, pin_name, python_key
 
 HERE = Path(__file__).resolve().parent
 REQUIREMENTS = HERE / "requirements"
@@ -126,16 +126,12 @@ def current_pins(text: str) -> dict[str, dict[str, str]]:
     return pins
 
 
-def version_key(python: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in python.split("."))
-
-
 def marker_holds(marker: str, python: str) -> bool:
     match = re.fullmatch(r'python_version\s*(==|>=|<|<=|>|!=)\s*"([\d.]+)"', marker)
     if not match:
         raise RefreshFailed(f"the lock has a marker this refresh does not read: {marker}")
     op, bound = match.groups()
-    left, right = version_key(python), version_key(bound)
+    left, right = python_key(python), python_key(bound)
     return {"==": left == right, ">=": left >= right, "<": left < right,
             "<=": left <= right, ">": left > right, "!=": left != right}[op]
 
