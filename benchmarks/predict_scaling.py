@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """Predict throughput and scaling efficiency for layouts larger than the ones
 measured, from a results.json written by benchmarks/run_matrix.sh, or for a
 layout described on the command line.

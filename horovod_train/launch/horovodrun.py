@@ -20,7 +20,8 @@ checks, before anything starts:
     on every path: interface names, HOST:NAME items, IPv4 networks in CIDR
     form) is checked the same way. horovodrun gets the choice as
     --network-interfaces (names where every host has them, else networks
-    in CIDR form) and skips its own probe;
+    in CIDR form) and probes nothing itself (a literal horovodrun, without
+    launch.sh, takes the same choice through the project's Horovod);
   - the trainer's options, where the command runs one of the project's
     trainers: its own --check-options, once, before any rank would print
     the same line.

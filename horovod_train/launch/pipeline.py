@@ -137,7 +137,7 @@ def nic_options(options: list[str]) -> list[tuple[int, int, str]]:
 def with_nics(options: list[str], choice: network.Choice | None) -> list[str]:
     """horovodrun's options with the chosen network as its
     --network-interfaces, in place of any the user gave (horovodrun then
-    skips its own probe); as they are where there is no choice."""
+    probes nothing itself); as they are where there is no choice."""
     if choice is None:
         return options
     dropped = {index + word for index, words, _ in nic_options(options)

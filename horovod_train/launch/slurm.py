@@ -24,6 +24,10 @@ in turn:
 HVT_LAUNCHER=horovodrun runs `horovodrun -np 4 -H a:2,b:2 --gloo` from the
 first node instead, its ranks on the other nodes started over ssh: for
 elastic runs (--elastic), which Horovod's own driver starts and restarts.
+The same probe chooses (or checks) the network, handed to horovodrun as
+its --network-interfaces: names where every node has them, else networks
+in CIDR form, so HVT_NETWORK_INTERFACE takes every form with either
+launcher.
 
 Settings, from the environment (`sbatch --export`, or exported before sbatch):
 

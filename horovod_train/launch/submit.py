@@ -168,9 +168,9 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                           "ssh from the first node, for elastic runs (default %(default)s)")
     run.add_argument("--network-interface", default=None, metavar="NETWORK",
                      help="the ranks' network, as HVT_NETWORK_INTERFACE takes it: interface "
-                          "name(s), HOST:NAME per host, or a network in CIDR form (srun "
-                          "only); checked by connecting from every node (default: chosen "
-                          "by probing the nodes)")
+                          "name(s), HOST:NAME per host, or a network in CIDR form, with "
+                          "either launcher; checked by connecting from every node "
+                          "(default: chosen by probing the nodes)")
     run.add_argument("--num-proc", default=None, help="ranks (default: every task of the job)")
     run.add_argument("--runtime", choices=slurm_plan.RUNTIMES, default="venv")
     run.add_argument("--image", default=None, help="apptainer or pyxis image")
