@@ -45,14 +45,15 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 export PATH="$PWD/.venv/bin:$PATH"
 
-# Data: what is in --data-dir, else a local copy of the test digits, else a download.
-t10k="${HVT_MNIST_T10K_DIR:-../shared/datasets/mnist-t10k}"
+# Data: what is in --data-dir, else the test digits HVT_MNIST_T10K_DIR names, else a download.
+t10k="${HVT_MNIST_T10K_DIR:-}"
 if ! scripts/python.sh -m horovod_train mnist check --data-dir "$data_dir" >/dev/null 2>&1; then
-  if [[ -f "$t10k/t10k-images-idx3-ubyte.gz" ]]; then
+  if [[ -n "$t10k" ]]; then
     echo "demo.sh: no MNIST in $data_dir; splitting the 10,000 test digits in $t10k (8,000 train, 2,000 test)"
     scripts/python.sh -m horovod_train mnist subset --source "$t10k" --data-dir "$data_dir"
-  else
-    scripts/python.sh -m horovod_train mnist download --data-dir "$data_dir"
+  elif ! scripts/python.sh -m horovod_train mnist download --data-dir "$data_dir"; then
+    echo "demo.sh: offline? set HVT_MNIST_T10K_DIR to a directory holding MNIST's test split (t10k-*-ubyte.gz), or see --help" >&2
+    exit 2
   fi
 fi
 
