@@ -343,7 +343,8 @@ def main() -> int:
         try:
             summary, record = RUNNERS[name](args, node, args.out_dir)
             status = "ok"
-            atomic_write_json(args.out_dir / f"{name}.json", record)
+            atomic_write_json(args.out_dir / f"{name}.json", {**record,
+                                                                "machine": machine_record()})
         except Skipped as why:
             status, summary = "skipped", str(why)
         except (RunFailed, UserError) as err:

@@ -507,7 +507,9 @@ def main(argv: list[str]) -> int:
     report = build_report(args)
     if args.matrix_dir is not None:
         write_matrix(args.matrix_dir, report, argv)
-    write_outputs(args, markdown(report), report)
+    # The command names the inputs a described layout was given.
+    write_outputs(args, markdown(report),
+                  {**report, "command": "benchmarks/predict_scaling.py " + " ".join(argv)})
     return 0
 
 

@@ -8,14 +8,32 @@ images/s / (ranks x images/s of 1x1). Honesty marks in the notes:
 a CPU run), "high variance" where the repeats' coefficient of
 variation exceeds 10%, a failed layout's one-line reason, and "not run yet"
 in the tables rewritten between layouts.
+
+Each scaling.png carries, in its PNG text metadata, the sha256 of the
+results.json it was drawn from and of this file, so that a checkout can
+tell a plot drawn from other figures or by other code than its own
+(tests/single/test_plots_fresh.py). Re-drawn from their results.json, the
+tables and plots of every folder under benchmarks/results that has a plot:
+
+    python -m benchmarks.scaling_tables --rerender-all
 """
 
+import argparse
 import csv
+import hashlib
 import io
+import json
 import statistics
+import struct
+import sys
 from pathlib import Path
 
+from benchmarks import CHECKOUT
 from horovod_train.core.atomic import atomic_write_bytes, atomic_write_json
+from horovod_train.core.errors import ArgumentParser, UserError, run_main
+
+PROG = "scaling_tables.py"
+RESULTS = CHECKOUT / "benchmarks" / "results"
 
 HIGH_VARIANCE = 0.10
 
@@ -149,7 +167,7 @@ LABEL_PLACES = {"horovod": ((-6, -3), "right"), "ddp": ((6, -3), "left")}
 
 def machine_line(machine: dict | None) -> str:
     """CPU model, cores, memory and GPUs of a machine record
-    (benchmarks/machine.py): the plot's second title line."""
+    (benchmarks/machine.py): the plot's second title line, and scaling.md's."""
     if not machine:
         return "machine not recorded"
     parts = [machine.get("cpu_model") or "CPU unknown", f"{machine.get('cpu_cores')} cores"]
@@ -159,7 +177,10 @@ def machine_line(machine: dict | None) -> str:
     if gpus:
         names = list(dict.fromkeys(gpus))
         parts.append(", ".join(f"{gpus.count(name)} x {name}" for name in names))
-    return ", ".join(parts)
+    # A record added after the run says so: some of it may be inferred.
+    added = " (added afterwards: results.json's machine.attributed)" if machine.get(
+        "attributed") else ""
+    return ", ".join(parts) + added
 
 
 def scaling_figure(rows: list[dict], launchers: list[str], title: str):
@@ -212,10 +233,50 @@ def scaling_figure(rows: list[dict], launchers: list[str], title: str):
     return fig
 
 
-def scaling_png(rows: list[dict], launchers: list[str], title: str) -> bytes:
+# The PNG text keyword of the stamp, and the code that draws the plot
+# (relative to the checkout): a change to it makes every plot stale.
+STAMP_KEY = "rendered_from"
+RENDERER_SOURCES = ("benchmarks/scaling_tables.py",)
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def plot_stamp(results_json: bytes) -> str:
+    """What a scaling.png is drawn from: the sha256 of its results.json (the
+    file beside it, as written) and of the renderer's source."""
+    return json.dumps({
+        "inputs": {"results.json": sha256(results_json)},
+        "renderer": {name: sha256((CHECKOUT / name).read_bytes()) for name in RENDERER_SOURCES},
+    }, sort_keys=True)
+
+
+def scaling_png(rows: list[dict], launchers: list[str], title: str, stamp: str) -> bytes:
     out = io.BytesIO()
-    scaling_figure(rows, launchers, title).savefig(out, format="png", dpi=110)
+    # No "Software" entry (matplotlib's version): the same figures and code
+    # give the same bytes, and the stamp says what they were.
+    scaling_figure(rows, launchers, title).savefig(
+        out, format="png", dpi=110, metadata={"Software": None, STAMP_KEY: stamp})
     return out.getvalue()
+
+
+def png_text(png: bytes) -> dict[str, str]:
+    """The tEXt entries of a PNG (keyword, NUL, Latin-1 text per chunk),
+    read without an image library."""
+    if not png.startswith(b"\x89PNG\r\n\x1a\n"):
+        raise ValueError("not a PNG")
+    entries, at = {}, 8
+    while at + 8 <= len(png):
+        length, kind = struct.unpack(">I4s", png[at:at + 8])
+        data = png[at + 8:at + 8 + length]
+        if kind == b"tEXt":
+            keyword, _, text = data.partition(b"\0")
+            entries[keyword.decode("latin-1")] = text.decode("latin-1")
+        if kind == b"IEND":
+            break
+        at += 12 + length  # length, type, data, CRC
+    return entries
 
 
 def settings_line(settings: dict) -> str:
@@ -226,8 +287,16 @@ def settings_line(settings: dict) -> str:
 def write_outputs(out_dir: Path, results: dict, launchers: list[str]) -> None:
     """The four files, each replaced whole (the matrix rewrites them after
     every layout, so an interrupted run still leaves complete ones)."""
-    rows = results["rows"]
     atomic_write_json(out_dir / "results.json", results)
+    write_tables_and_plot(out_dir, results, launchers,
+                          (out_dir / "results.json").read_bytes())
+
+
+def write_tables_and_plot(out_dir: Path, results: dict, launchers: list[str],
+                          results_json: bytes) -> None:
+    """scaling.csv, scaling.md and scaling.png from results.json's figures
+    (`results_json`: the file's bytes, for the plot's stamp)."""
+    rows = results["rows"]
     atomic_write_bytes(out_dir / "scaling.csv", scaling_csv(rows).encode())
     s = results["settings"]
     machine = machine_line(results.get("machine"))
@@ -237,4 +306,51 @@ def write_outputs(out_dir: Path, results: dict, launchers: list[str]) -> None:
         f"{s['warmup_steps']} warm-up steps\n\nMachine: {machine}\n\n{table}\n"
         f"Command: `{results['command']}`\n").encode())
     title = f"{settings_line(s)}\n{machine}"
-    atomic_write_bytes(out_dir / "scaling.png", scaling_png(rows, launchers, title))
+    atomic_write_bytes(out_dir / "scaling.png",
+                       scaling_png(rows, launchers, title, plot_stamp(results_json)))
+
+
+def rerender(folder: Path) -> None:
+    """A folder's tables and plot drawn again from its results.json, which
+    stays as it is."""
+    try:
+        results_json = (folder / "results.json").read_bytes()
+    except OSError as err:
+        raise UserError(f"{folder}: no results.json to draw from ({err.strerror})") from None
+    results = json.loads(results_json)
+    write_tables_and_plot(folder, results, results["settings"]["launchers"], results_json)
+
+
+def plotted_folders() -> list[Path]:
+    """Every folder under benchmarks/results with a scaling.png."""
+    return sorted(png.parent for png in RESULTS.rglob("scaling.png"))
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = ArgumentParser(prog=PROG, description="Draw a scaling matrix's tables and plot "
+                            "again from its results.json.")
+    parser.add_argument("folders", type=Path, nargs="*", metavar="FOLDER",
+                        help="folders holding a results.json of benchmarks/run_matrix.sh")
+    parser.add_argument("--rerender-all", action="store_true",
+                        help="every folder under benchmarks/results that has a scaling.png")
+    args = parser.parse_args(argv)
+    if bool(args.folders) == args.rerender_all:
+        parser.error("give the folders, or --rerender-all")
+    return args
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    for folder in plotted_folders() if args.rerender_all else args.folders:
+        rerender(folder)
+        print(f"{PROG}: drew {folder / 'scaling.png'}", flush=True)
+    return 0
+
+
+def cli() -> None:
+    """The command's entry (python -m benchmarks.scaling_tables)."""
+    run_main(lambda: main(sys.argv[1:]), prog=PROG)
+
+
+if __name__ == "__main__":
+    cli()

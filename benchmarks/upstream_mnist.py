@@ -9,7 +9,8 @@ CPU thread per rank, its network. Run it under horovodrun:
         --data-dir data --epochs 3 --json upstream.json
 
 Rank 0 prints each epoch's test accuracy and writes --json: the accuracies,
-the training time (first step to the last test's end) and the settings.
+the training time (first step to the last test's end), the settings and
+the machine.
 The data are read, never downloaded (`python -m horovod_train mnist
 download --data-dir DIR` fetches them).
 """
@@ -48,6 +49,7 @@ def main() -> int:
     args = parse_args(sys.argv[1:])
     # Imported after parsing, so --help and option errors answer at once.
     from benchmarks import upstream_example
+    from benchmarks.machine import machine_record
     from horovod_train.core import mnist
     from horovod_train.torch.models import build_model
     from horovod_train.torch.trainer import distributed_optimizer, init
@@ -81,7 +83,7 @@ def main() -> int:
             "momentum": args.momentum, "seed": args.seed,
             "train_samples": len(train), "test_samples": len(test),
             "train_time_s": train_time_s, "test_accuracy": epochs[-1]["test_accuracy"],
-            "per_epoch": epochs})
+            "per_epoch": epochs, "machine": machine_record()})
     return 0
 
 

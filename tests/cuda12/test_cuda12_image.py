@@ -25,6 +25,8 @@ import pytest
 from conftest import DRIVER_SOURCE, REPO, Run, assert_trained, image_hosts, on_host, run_on
 from packaging.markers import Marker
 
+from benchmarks.machine import machine_record
+
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(5400)]
 
 IMAGE = "localhost/horovod-train:gpu-cuda12"
@@ -46,7 +48,7 @@ def built() -> str:
     SEEN["image_gb"] = round(int(size) / 1e9, 2)
     yield IMAGE
     RECORD.parent.mkdir(parents=True, exist_ok=True)
-    RECORD.write_text(json.dumps(SEEN, indent=2) + "\n")
+    RECORD.write_text(json.dumps({"machine": machine_record(), **SEEN}, indent=2) + "\n")
 
 
 @pytest.fixture(scope="module")

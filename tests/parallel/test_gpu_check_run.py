@@ -46,6 +46,8 @@ def test_cpu_parts_run_and_gpu_parts_are_named_as_skipped(small_mnist_dir, tmp_p
         assert str(tmp_path) not in side["command"]  # as typed: OUT, DATA_DIR
     reference = json.loads((out / "mnist" / "reference.json").read_text())
     assert reference["ranks"] == 2 and reference["lr"] == 0.01  # the example's defaults
+    for part in (build, mnist, reference):  # each JSON names the machine itself
+        assert part["machine"]["cpu_model"] and part["machine"]["commit"]
 
     # The table is the last thing printed, one row per part, and kept.
     table = (out / "gpu_check.md").read_text()

@@ -130,3 +130,9 @@ def test_without_a_machine_record_the_title_says_so():
     assert scaling_tables.machine_line(None) == "machine not recorded"
     assert scaling_tables.machine_line({**MACHINE, "gpus": []}) == (
         "Some CPU 9000, 2 cores, 8 GiB")
+
+
+def test_a_machine_record_added_afterwards_says_so():
+    added = {**MACHINE, "gpus": [], "attributed": "added afterwards from the notes"}
+    assert scaling_tables.machine_line(added) == (
+        "Some CPU 9000, 2 cores, 8 GiB (added afterwards: results.json's machine.attributed)")
