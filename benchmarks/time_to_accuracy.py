@@ -187,8 +187,8 @@ def run_trainer(command: list[str], work: Path) -> tuple[dict, dict]:
 
 
 # The parts before the first step, each from the previous stamp (phases.ORDER).
-# launch: the command to rank 0's process; options: Python, torch (the models'
-# names) and the options parsed; imports: the trainer's modules, Horovod's;
+# launch: the command to rank 0's process; options: Python and the options
+# parsed; imports: torch, the trainer's modules, Horovod's;
 # horovod: hvd.init(); data: MNIST read and checked, the output directories;
 # setup: the model, its broadcast, to the first step.
 BEFORE_FIRST_STEP = (("launch_s", None), ("options_s", "options"), ("imports_s", "imports"),
