@@ -12,16 +12,6 @@ from conftest import REPO
 
 from benchmarks.machine import MACHINE_NAME, MEMORY_NOT_RECORDED, is_prediction, result_origin
 
-# Results whose CPU model was never recorded and cannot be told afterwards
-# (their `attributed` says why); commit, cores and memory are attributed.
-# They stay until the maintainers decide whether to keep them.
-MACHINE_UNKNOWN = {
-    "benchmarks/results/cpu-2core-time-to-accuracy/command-parts.json",
-    "benchmarks/results/cpu-2core-time-to-accuracy/command-parts-before.json",
-    "benchmarks/results/cpu-2core-time-to-accuracy/command-parts-two-hosts-emulated.json",
-    "benchmarks/results/cpu-2core-time-to-accuracy/fast-mnist-98-upstream-launch-checks.json",
-}
-
 
 def committed_results() -> list[str]:
     listed = subprocess.run(["git", "-C", str(REPO), "ls-files", "benchmarks/results"],
@@ -39,19 +29,11 @@ def test_every_committed_result_names_its_machine_and_commit():
     assert len(names) > 50  # the listing worked
     lacking = {}
     for name in names:
-        gaps = [gap for gap in missing(name)
-                if not (name in MACHINE_UNKNOWN and gap == MACHINE_NAME)]
+        gaps = missing(name)
         if gaps:
             lacking[name] = gaps
     assert not lacking, "results that do not name their machine and commit:\n" + "\n".join(
         f"  {name}: no {'; no '.join(gaps)}" for name, gaps in sorted(lacking.items()))
-
-
-def test_the_results_whose_machine_is_unknown_lack_only_that():
-    # Committed, and the list shrinks when one of them is named or removed.
-    assert set(committed_results()) >= MACHINE_UNKNOWN
-    for name in sorted(MACHINE_UNKNOWN):
-        assert missing(name) == [MACHINE_NAME], name
 
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
