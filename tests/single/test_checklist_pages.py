@@ -2,8 +2,9 @@
 shell block says how the tests run it; every command of the project names
 a program that exists and options its --help lists (the trainer's after
 `--`, horovodrun's and the trainer's in a horovodrun command, Slurm's own
-where Slurm is installed); every HVT_ variable set is one the code reads;
-every link and anchor resolves; the README's quick start links both."""
+where Slurm is installed); the README's quick start links both. Their
+HVT_ variables, links and anchors are test_docs_commands.py's, as every
+page's are."""
 
 import functools
 import os
@@ -14,13 +15,11 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from checklists import PAGES, blocks
+from checklists import blocks
 from conftest import BIN, REPO
 
 TRAINER = "horovod_train/pytorch_mnist.py"
 SLURM = ("sbatch", "srun", "salloc")
-CODE = [*REPO.glob("horovod_train/**/*.py"), *REPO.glob("scripts/**/*.sh"),
-        REPO / "scripts/slurm/horovod.sbatch"]
 
 
 @functools.cache
@@ -96,35 +95,6 @@ def test_each_command_names_options_its_program_lists(block):
             for option in options(words):
                 assert re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", text), (
                     f"{block.page}:{block.line}: {Path(program[-1]).name} has no {option}")
-
-
-def test_each_hvt_variable_set_is_read_by_the_code():
-    code = "\n".join(path.read_text() for path in CODE)
-    for page in PAGES:
-        for name in set(re.findall(r"\b(HVT_[A-Z_]+)=", page.read_text())):
-            assert name in code, f"{page.name}: {name} is read nowhere"
-
-
-def slug(heading: str) -> str:
-    """GitHub's anchor of a heading."""
-    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
-
-
-@functools.cache
-def anchors(path: Path) -> set[str]:
-    return {slug(m[1]) for m in re.finditer(r"^#+ (.+)$", path.read_text(), re.M)}
-
-
-@pytest.mark.parametrize("page", [*PAGES, REPO / "README.md"], ids=lambda p: p.name)
-def test_links_and_anchors_resolve(page):
-    for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
-        if target.startswith(("http://", "https://")):
-            continue
-        file, _, anchor = target.partition("#")
-        path = (page.parent / file).resolve() if file else page
-        assert path.exists(), f"{page.name}: {target}: no such file"
-        if anchor and path.suffix == ".md":
-            assert anchor in anchors(path), f"{page.name}: {target}: no such heading"
 
 
 def test_the_readme_quick_start_links_both_pages():
