@@ -4,6 +4,7 @@ written in); a prediction names the commit it was computed at and where its
 inputs came from."""
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -35,6 +36,18 @@ def test_every_committed_result_names_its_machine_and_commit():
     assert not lacking, "results that do not name their machine and commit:\n" + "\n".join(
         f"  {name}: no {'; no '.join(gaps)}" for name, gaps in sorted(lacking.items()))
 
+
+
+# A record speaks of the project alone: paths it ran with are placeholders
+# (DATA_DIR, LOG_DIR, OUT_DIR), never a folder of the machine it ran on.
+# (/home/user is the distro tier's own user inside the bare tree it builds.)
+MACHINE_PATH = re.compile(r"(?<![\w.])/(?:tmp|work|root)/[\w.-]")
+
+
+def test_no_committed_result_holds_a_path_of_the_machine_it_ran_on():
+    holding = [f"  {name}: {match[0]}..." for name in committed_results()
+               if (match := MACHINE_PATH.search((REPO / name).read_text()))]
+    assert not holding, "results that name a folder of their machine:\n" + "\n".join(holding)
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
 MACHINE = {"hostname": "vm", "cpu_model": "Some CPU", "cpu_cores": 2, "memory_gib": 8.0,
