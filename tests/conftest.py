@@ -35,6 +35,14 @@ T10K_DIR = Path(os.environ.get("HVT_MNIST_T10K_DIR",
                                REPO.parent / "shared" / "datasets" / "mnist-t10k"))
 
 
+
+def committed_results(suffix: str) -> list[str]:
+    """The committed files under benchmarks/results ending in suffix, as
+    paths relative to the checkout."""
+    listed = subprocess.run(["git", "-C", str(REPO), "ls-files", "benchmarks/results"],
+                            capture_output=True, text=True, check=True).stdout.split()
+    return [name for name in listed if name.endswith(suffix)]
+
 KINDS = ("single", "parallel", "cluster")
 
 

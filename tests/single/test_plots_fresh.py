@@ -4,19 +4,12 @@ stamp in its PNG text metadata (benchmarks/scaling_tables.py) holds the
 sha256 of both. File times mean nothing in a clone; the stamp does."""
 
 import json
-import subprocess
 
-from conftest import REPO
+from conftest import REPO, committed_results
 
 from benchmarks import scaling_tables
 
 RERENDER = "python -m benchmarks.scaling_tables --rerender-all"
-
-
-def committed_plots() -> list[str]:
-    listed = subprocess.run(["git", "-C", str(REPO), "ls-files", "benchmarks/results"],
-                            capture_output=True, text=True, check=True).stdout.split()
-    return [name for name in listed if name.endswith(".png")]
 
 
 def why_stale(name: str) -> str | None:
@@ -37,7 +30,7 @@ def why_stale(name: str) -> str | None:
 
 
 def test_every_committed_plot_is_drawn_from_its_results_by_todays_renderer():
-    names = committed_plots()
+    names = committed_results(".png")
     assert names  # the listing worked
     stale = {name: why for name in names if (why := why_stale(name))}
     assert not stale, (f"stale plots (re-draw them: {RERENDER}):\n"

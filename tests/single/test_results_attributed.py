@@ -5,19 +5,12 @@ inputs came from."""
 
 import json
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import REPO, committed_results
 
 from benchmarks.machine import MACHINE_NAME, MEMORY_NOT_RECORDED, is_prediction, result_origin
-
-
-def committed_results() -> list[str]:
-    listed = subprocess.run(["git", "-C", str(REPO), "ls-files", "benchmarks/results"],
-                            capture_output=True, text=True, check=True).stdout.split()
-    return [name for name in listed if name.endswith(".json")]
 
 
 def missing(name: str) -> list[str]:
@@ -26,7 +19,7 @@ def missing(name: str) -> list[str]:
 
 
 def test_every_committed_result_names_its_machine_and_commit():
-    names = committed_results()
+    names = committed_results(".json")
     assert len(names) > 50  # the listing worked
     lacking = {}
     for name in names:
@@ -45,7 +38,7 @@ MACHINE_PATH = re.compile(r"(?<![\w.])/(?:tmp|work|root)/[\w.-]")
 
 
 def test_no_committed_result_holds_a_path_of_the_machine_it_ran_on():
-    holding = [f"  {name}: {match[0]}..." for name in committed_results()
+    holding = [f"  {name}: {match[0]}..." for name in committed_results(".json")
                if (match := MACHINE_PATH.search((REPO / name).read_text()))]
     assert not holding, "results that name a folder of their machine:\n" + "\n".join(holding)
 
