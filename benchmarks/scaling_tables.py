@@ -317,8 +317,13 @@ def rerender(folder: Path) -> None:
         results_json = (folder / "results.json").read_bytes()
     except OSError as err:
         raise UserError(f"{folder}: no results.json to draw from ({err.strerror})") from None
-    results = json.loads(results_json)
-    write_tables_and_plot(folder, results, results["settings"]["launchers"], results_json)
+    try:
+        results = json.loads(results_json)
+        launchers = results["settings"]["launchers"]
+    except (ValueError, KeyError, TypeError) as err:
+        raise UserError(f"{folder}/results.json: not a results.json of benchmarks/run_matrix.sh "
+                        f"({type(err).__name__}: {err})") from None
+    write_tables_and_plot(folder, results, launchers, results_json)
 
 
 def plotted_folders() -> list[Path]:

@@ -3,8 +3,11 @@ runs, its marks, and the four files (tests/cluster/test_matrix.py runs the matri
 
 import csv
 import json
+import subprocess
+import sys
 
 import pytest
+from conftest import REPO
 
 from benchmarks import scaling_tables
 
@@ -136,3 +139,16 @@ def test_a_machine_record_added_afterwards_says_so():
     added = {**MACHINE, "gpus": [], "attributed": "added afterwards from the notes"}
     assert scaling_tables.machine_line(added) == (
         "Some CPU 9000, 2 cores, 8 GiB (added afterwards: results.json's machine.attributed)")
+
+
+def test_redrawing_a_folder_without_a_readable_results_json_is_one_line_and_exit_2(tmp_path):
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "results.json").write_text("{oops")
+    for folder, said in ((tmp_path / "missing", "no results.json to draw from"),
+                         (tmp_path / "broken", "not a results.json of benchmarks/run_matrix.sh")):
+        result = subprocess.run([sys.executable, "-m", "benchmarks.scaling_tables", str(folder)],
+                                cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.startswith("scaling_tables.py: error: ") and said in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert not (tmp_path / "broken" / "scaling.png").exists()
