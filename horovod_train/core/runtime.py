@@ -17,7 +17,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from horovod_train.core import interfaces, phases
+from horovod_train.core import interfaces, phases, start_barrier
 from horovod_train.core.errors import UserError
 from horovod_train.core.slurm_tasks import expand_tasks_per_node
 
@@ -190,10 +190,30 @@ def init_horovod(hvd, cpu_tensors: bool) -> None:
     use_chosen_networks()
     if cpu_tensors:
         use_defaults(CPU_RANK_HOROVOD_SETTINGS)
+    start_mpi_at_the_start_barrier()
     hvd.init()
     phases.mark("horovod")
     if hvd.rank() == 0:
         prefetch_versions()  # the run's first line needs them: read them meanwhile
+
+
+def start_mpi_at_the_start_barrier() -> None:
+    """Where the launcher set HVT_START_BARRIER: MPI_Init here, then the
+    start barrier (core/start_barrier.py says why), before hvd.init().
+    Horovod then takes MPI as started, and finalizes it never: mpi4py does,
+    at exit."""
+    barrier = os.environ.get("HVT_START_BARRIER")
+    if not barrier:
+        return
+    from mpi4py import MPI  # noqa: PLC0415 - importing it is MPI_Init_thread(MULTIPLE)
+
+    world = MPI.COMM_WORLD
+    address = start_barrier.parse(barrier)[0]
+    mine = {iface.address.split("/")[0] for iface in interfaces.local_interfaces()
+            if iface.address}
+    is_root = address in mine and os.environ.get("SLURM_LOCALID", "0") == "0"
+    start_barrier.wait_for_every_rank(barrier, world.Get_rank(), world.Get_size(), is_root)
+    record_setting("HVT_START_BARRIER", barrier, "project")  # the launcher's, for the record
 
 
 def threads_per_rank(local_size: int, requested: int | None) -> int:

@@ -104,7 +104,9 @@ def srun_rank_environment(env: dict, cidrs: list[str] | None = None) -> dict[str
 # channel: mpirun and each daemon listen on every port of the list they are
 # given (seen with Open MPI 4.1), so it gets a few of its own; the rest is
 # its TCP transport's, whose ranks take one free port each, as Horovod's
-# services and Gloo's pairs do anywhere in the range.
+# services and Gloo's pairs do anywhere in the range; but the last port,
+# which is the start barrier's (core/start_barrier.py) where srun starts the
+# ranks.
 OOB_PORTS = 4
 
 
@@ -114,7 +116,7 @@ def port_range_environment(low: int, high: int) -> dict[str, str]:
     oob_high = min(low + OOB_PORTS - 1, high - 1)
     return {"OMPI_MCA_oob_tcp_dynamic_ipv4_ports": f"{low}-{oob_high}",
             "OMPI_MCA_btl_tcp_port_min_v4": str(oob_high + 1),
-            "OMPI_MCA_btl_tcp_port_range_v4": str(high - oob_high)}
+            "OMPI_MCA_btl_tcp_port_range_v4": str(max(1, high - oob_high - 1))}
 
 
 def layers_set(env: dict) -> dict[str, str]:

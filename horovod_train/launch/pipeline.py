@@ -174,10 +174,28 @@ def rank_environment(starter: str, choice: network.Choice | None,
         # a site that runs Slurm has open.
         pmix = {"SLURM_PMIX_DIRECT_CONN": "false"} \
             if ports and "SLURM_PMIX_DIRECT_CONN" not in env else {}
-        return {**ports, **pmix,
+        through_slurmd = {**env, **pmix}.get("SLURM_PMIX_DIRECT_CONN") == "false"
+        return {**ports, **pmix, **start_barrier_environment(choice, env, through_slurmd),
                 **openmpi.srun_rank_environment(env, choice.cidrs if choice else None)}
     return {**ports, **{name: value for name, value in openmpi.project_environment().items()
                         if name not in env}}
+
+
+def start_barrier_environment(choice: network.Choice | None, env: dict,
+                              through_slurmd: bool) -> dict[str, str]:
+    """HVT_START_BARRIER for srun's ranks whose PMIx servers meet through
+    slurmd, where Open MPI's start has no barrier across nodes
+    (core/start_barrier.py): the first node's address on the chosen network
+    and the last port of HVT_PORTS (Open MPI's ranks leave it free). None on
+    one node, with direct connections, or without a range (where a site
+    turned them off itself: set HVT_PORTS)."""
+    ports = interfaces.port_range(env.get("HVT_PORTS"))
+    if not through_slurmd or choice is None or ports is None:
+        return {}
+    members = [iface for iface in choice.networks[0].members.values() if iface and iface.address]
+    if len(members) < 2:
+        return {}
+    return {"HVT_START_BARRIER": f"{members[0].address.split('/')[0]}:{ports[1]}"}
 
 
 def literal_controller(argv: list[str], env: dict) -> str | None:

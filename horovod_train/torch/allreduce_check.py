@@ -16,6 +16,7 @@ import json
 import socket
 import time
 
+from horovod_train.core import runtime
 from horovod_train.core.errors import ArgumentParser, RunFailed, run_main
 from horovod_train.torch import gpu
 
@@ -36,6 +37,7 @@ def main() -> int:
     import horovod.torch as hvd
     import torch
 
+    runtime.start_mpi_at_the_start_barrier()
     hvd.init()
     cuda = not args.no_cuda and hvd.nccl_built() and torch.cuda.is_available()
     device = gpu.take_gpu(hvd, torch, socket.gethostname()) if cuda else torch.device("cpu")

@@ -725,6 +725,10 @@ def test_a_job_trains_inside_the_port_range_a_firewall_opens(
     assert final["JobState"] == "COMPLETED" and final["ExitCode"] == "0:0", log[-3000:]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["size"] == 4 and summary["weights_identical"] is True
+    # srun's ranks met at the start barrier first (core/start_barrier.py):
+    # Slurm's PMIx through slurmd gives MPI_Init none across nodes.
+    barrier = summary["settings"].get("HVT_START_BARRIER", {}).get("value")
+    assert barrier == (f"{decoy_cluster['hosts']['a']}:50200" if launcher == "srun" else None)
 
 
 @pytest.fixture

@@ -433,17 +433,24 @@ def test_srun_ranks_get_horovodruns_open_mpi_settings_where_nothing_set_them(tmp
     assert bare["OMPI_MCA_btl_tcp_if_include"] == "10.0.0.0/24"
 
 
-@pytest.mark.parametrize("starter, env, pmix", [
-    ("srun", {"HVT_PORTS": "50000-50200"}, "false"),
-    ("srun", {"HVT_PORTS": "50000-50200", "SLURM_PMIX_DIRECT_CONN": "true"}, None),
-    ("srun", {}, None),
-    ("horovodrun", {"HVT_PORTS": "50000-50200"}, None),
+@pytest.mark.parametrize("starter, env, pmix, barrier", [
+    ("srun", {"HVT_PORTS": "50000-50200"}, "false", "10.0.0.11:50200"),
+    ("srun", {"HVT_PORTS": "50000-50200", "SLURM_PMIX_DIRECT_CONN": "true"}, None, None),
+    ("srun", {}, None, None),
+    ("horovodrun", {"HVT_PORTS": "50000-50200"}, None, None),
 ], ids=["srun in a range", "the user's own", "no range", "horovodrun"])
-def test_slurms_pmix_leaves_ports_of_its_own_inside_a_range(tmp_path, starter, env, pmix):
+def test_slurms_pmix_leaves_ports_of_its_own_inside_a_range(tmp_path, starter, env, pmix,
+                                                            barrier):
+    """Through slurmd, Slurm's PMIx gives MPI_Init no barrier across nodes:
+    the ranks get the start barrier's place, the range's last port on the
+    first node."""
     env = {"OMPI_MCA_mca_param_files": str(tmp_path / "x"), **env}
     ranks = pipeline.rank_environment(starter, network.decide(RENAMED, everything_answers), env)
     assert ranks.get("SLURM_PMIX_DIRECT_CONN") == pmix
     assert ("OMPI_MCA_btl_tcp_port_min_v4" in ranks) == ("HVT_PORTS" in env)
+    assert ranks.get("HVT_START_BARRIER") == barrier
+    one_node = pipeline.rank_environment(starter, None, env)
+    assert "HVT_START_BARRIER" not in one_node
 
 
 # --- the project's Horovod, where names differ per host -------------------------
@@ -511,4 +518,4 @@ def test_a_port_range_that_is_none_is_one_error(text):
 def test_open_mpi_gets_a_few_ports_for_its_daemons_and_the_rest_for_its_ranks():
     assert openmpi.port_range_environment(50000, 50200) == {
         "OMPI_MCA_oob_tcp_dynamic_ipv4_ports": "50000-50003",
-        "OMPI_MCA_btl_tcp_port_min_v4": "50004", "OMPI_MCA_btl_tcp_port_range_v4": "197"}
+        "OMPI_MCA_btl_tcp_port_min_v4": "50004", "OMPI_MCA_btl_tcp_port_range_v4": "196"}
