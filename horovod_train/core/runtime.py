@@ -209,8 +209,7 @@ def start_mpi_at_the_start_barrier() -> None:
 
     world = MPI.COMM_WORLD
     address = start_barrier.parse(barrier)[0]
-    mine = {iface.address.split("/")[0] for iface in interfaces.local_interfaces()
-            if iface.address}
+    mine = {iface.ip for iface in interfaces.local_interfaces() if iface.ip}
     is_root = address in mine and os.environ.get("SLURM_LOCALID", "0") == "0"
     start_barrier.wait_for_every_rank(barrier, world.Get_rank(), world.Get_size(), is_root)
     record_setting("HVT_START_BARRIER", barrier, "project")  # the launcher's, for the record

@@ -88,7 +88,7 @@ def choose_network(job: Job, env: dict, layers: dict[str, str] | None = None
     interface variables checked as each layer reads them. None where every
     host is this machine (loopback). What cannot carry the job ends it (a
     RunFailed: the probe ran and said no)."""
-    port_environment(env)  # a bad range is bad input, before the probe uses it
+    ports_of(env)  # a bad range is bad input, before the probe uses it
     if not job.remote:
         return None
     try:
@@ -146,14 +146,18 @@ def with_nics(options: list[str], choice: network.Choice | None) -> list[str]:
     return ["--network-interfaces", choice.horovodrun_nics, *kept]
 
 
-def port_environment(env: dict) -> dict[str, str]:
-    """Open MPI's ports inside HVT_PORTS (Horovod's own and Gloo's read it
-    themselves, in the project's Horovod; the probe's listeners too), where
-    the user set none of Open MPI's; a UserError for a bad range."""
+def ports_of(env: dict) -> tuple[int, int] | None:
+    """HVT_PORTS's range; a UserError for a bad one."""
     try:
-        ports = interfaces.port_range(env.get("HVT_PORTS"))
+        return interfaces.port_range(env.get("HVT_PORTS"))
     except ValueError as err:
         raise UserError(str(err)) from None
+
+
+def port_environment(ports: tuple[int, int] | None, env: dict) -> dict[str, str]:
+    """Open MPI's ports inside HVT_PORTS (Horovod's own and Gloo's read it
+    themselves, in the project's Horovod; the probe's listeners too), where
+    the user set none of Open MPI's."""
     if ports is None:
         return {}
     return {name: value for name, value in openmpi.port_range_environment(*ports).items()
@@ -167,7 +171,8 @@ def rank_environment(starter: str, choice: network.Choice | None,
     ranks that srun starts (no mpirun), also what horovodrun's mpirun would
     give them and the chosen network, where neither the user nor the site's
     files set them, and Slurm's PMIx kept off ports of its own in a range."""
-    ports = port_environment(env)
+    port_range = ports_of(env)
+    ports = port_environment(port_range, env)
     if starter == "srun":
         # Slurm's PMIx servers connect to each other on ports of their own,
         # outside any range; inside one they go through slurmd's port, which
@@ -175,27 +180,27 @@ def rank_environment(starter: str, choice: network.Choice | None,
         pmix = {"SLURM_PMIX_DIRECT_CONN": "false"} \
             if ports and "SLURM_PMIX_DIRECT_CONN" not in env else {}
         through_slurmd = {**env, **pmix}.get("SLURM_PMIX_DIRECT_CONN") == "false"
-        return {**ports, **pmix, **start_barrier_environment(choice, env, through_slurmd),
+        barrier = start_barrier_environment(choice, port_range) if through_slurmd else {}
+        return {**ports, **pmix, **barrier,
                 **openmpi.srun_rank_environment(env, choice.cidrs if choice else None)}
     return {**ports, **{name: value for name, value in openmpi.project_environment().items()
                         if name not in env}}
 
 
-def start_barrier_environment(choice: network.Choice | None, env: dict,
-                              through_slurmd: bool) -> dict[str, str]:
+def start_barrier_environment(choice: network.Choice | None,
+                              ports: tuple[int, int] | None) -> dict[str, str]:
     """HVT_START_BARRIER for srun's ranks whose PMIx servers meet through
     slurmd, where Open MPI's start has no barrier across nodes
     (core/start_barrier.py): the first node's address on the chosen network
     and the last port of HVT_PORTS (Open MPI's ranks leave it free). None on
-    one node, with direct connections, or without a range (where a site
-    turned them off itself: set HVT_PORTS)."""
-    ports = interfaces.port_range(env.get("HVT_PORTS"))
-    if not through_slurmd or choice is None or ports is None:
+    one node, or without a range (where a site turned direct connections off
+    itself: set HVT_PORTS)."""
+    if choice is None or ports is None:
         return {}
-    members = [iface for iface in choice.networks[0].members.values() if iface and iface.address]
-    if len(members) < 2:
+    addresses = [iface.ip for iface in choice.networks[0].members.values() if iface and iface.ip]
+    if len(addresses) < 2:
         return {}
-    return {"HVT_START_BARRIER": f"{members[0].address.split('/')[0]}:{ports[1]}"}
+    return {"HVT_START_BARRIER": f"{addresses[0]}:{ports[1]}"}
 
 
 def literal_controller(argv: list[str], env: dict) -> str | None:
@@ -229,7 +234,7 @@ def horovodrun_network(host_names: list[str], ssh_port: int | None,
     if code:
         raise SystemExit(code)
     # horovodrun's mpirun reads its environment after this hook.
-    for name, value in port_environment(env).items():
+    for name, value in port_environment(ports_of(env), env).items():
         os.environ.setdefault(name, value)
     if chosen[0] is None:
         return None
