@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The README's test command: set up (or reuse) the environment and both
-# images, lint, then run the whole test suite for real: Horovod, OpenMPI,
-# sshd in emulated hosts, each image run as two hosts. Ends with the time of
-# each phase.
+# The README's test command: set up (or reuse) the environment, lint, then
+# run the whole test suite for real (Horovod, OpenMPI, sshd in emulated
+# hosts, each image run as two hosts), while both images are built beside
+# it. Ends with the time of each phase.
 set -euo pipefail
 
 case "${1:-}" in
@@ -10,16 +10,18 @@ case "${1:-}" in
     cat <<'USAGE'
 Usage: scripts/test.sh [PYTEST ARGS...]
 
-Runs scripts/setup.sh for PyTorch, TensorFlow and MXNet and
-scripts/build_image.sh for the GPU and the CPU image and the image that
-carries the code (all fast when already done), ruff, then pytest with the
-given arguments (e.g. -k resume,
--m "not cluster"). Tests on the emulated hosts and the images need root;
-elsewhere they are skipped with the reason. Three tiers run only when
-named: scripts/test.sh tests/distro (a bare Debian 13 set up and trained
-on) and scripts/test.sh tests/cuda12 (the CUDA 12 image built and run),
-tens of minutes each, and scripts/test.sh tests/preflight (every case of
-the preflight alone, ten clean runs in a row, minutes).
+Runs scripts/setup.sh for PyTorch, TensorFlow and MXNet, ruff, then pytest
+with the given arguments (e.g. -k resume, -m "not cluster", tests/single).
+Beside the tests, at the lowest CPU and I/O priority, scripts/build_image.sh
+builds the CPU and the GPU image and the image that carries the code (all
+fast when already done; each build's log in runs/image-builds/); the image
+tests come last and wait for their image.
+Tests on the emulated hosts and the images need root; elsewhere they are
+skipped with the reason. Three tiers run only when named: scripts/test.sh
+tests/distro (a bare Debian 13 set up and trained on) and scripts/test.sh
+tests/cuda12 (the CUDA 12 image built and run), tens of minutes each, and
+scripts/test.sh tests/preflight (every case of the preflight alone, ten
+clean runs in a row, minutes).
 USAGE
     exit 0 ;;
 esac
@@ -35,6 +37,7 @@ report() {
   local code=$?
   # A wheelhouse left half-filled is filled again next time (no COMPLETE mark).
   [[ -z "${house_pid:-}" ]] || kill "$house_pid" 2>/dev/null || true
+  [[ -z "${builds_pid:-}" ]] || kill -- -"$builds_pid" 2>/dev/null || true
   echo "test.sh: phase times: $(IFS=';'; echo "${phases[*]:-none}" | sed 's/;/, /g')"
   exit "$code"
 }
@@ -51,20 +54,37 @@ fi
 # operations: the CPU image shares this Horovod wheel.
 scripts/setup.sh --frameworks pytorch,tensorflow,mxnet --gpu-ops none
 end_phase setup
-# Both images, built with podman from docker/ as the context, as users type
-# it, then the image that carries the code, from the repository root, on the
-# GPU one's layers (root needed for podman's storage and for running them as
-# emulated hosts).
+
+# The images, built with podman from docker/ as the context (as users type
+# it), then the one that carries the code, from the repository root, on the
+# GPU one's layers, one after the other beside the tests, at the lowest CPU
+# and I/O priority: the tests keep the cores they use, and the builds take
+# the time the tests leave idle (waiting on a timeout, a host, Slurm). Each writes
+# DEVICE.log, then DEVICE.status (its exit code) and DEVICE.seconds, which
+# the image tests wait for (tests/conftest.py). Root is needed for podman's
+# storage and for running the images as emulated hosts.
+builds=runs/image-builds
+builds_pid=""
 if [[ $(id -u) -eq 0 ]]; then
   wait "$house_pid" || { echo "test.sh: error: filling the wheelhouse failed (above)" >&2; exit 1; }
   house_pid=""
   end_phase wheelhouse
-  scripts/build_image.sh --device cpu
-  end_phase "cpu image"
-  scripts/build_image.sh --device gpu
-  end_phase "gpu image"
-  scripts/build_image.sh --app
-  end_phase "app image"
+  rm -rf "$builds" && mkdir -p "$builds"
+  set -m  # the builds in a process group of their own, which report() can end
+  (
+    for image in cpu gpu app; do
+      started=$SECONDS
+      if [[ $image == app ]]; then args=(--app); else args=(--device "$image"); fi
+      code=0
+      nice -n 19 ionice -c 3 scripts/build_image.sh "${args[@]}" >"$builds/$image.log" 2>&1 \
+        || code=$?
+      echo "$((SECONDS - started))" >"$builds/$image.seconds"
+      echo "$code" >"$builds/$image.status.new" && mv "$builds/$image.status.new" "$builds/$image.status"
+    done
+  ) &
+  builds_pid=$!
+  set +m
+  export HVT_TEST_IMAGE_BUILDS="$PWD/$builds"
 else
   echo "test.sh: not root: the images are not built and their tests will be skipped"
 fi
@@ -75,4 +95,18 @@ set +e
 code=$?
 set -e
 end_phase tests
+
+if [[ -n "$builds_pid" ]]; then
+  wait "$builds_pid" || true
+  builds_pid=""
+  for image in cpu gpu app; do
+    status=$(cat "$builds/$image.status" 2>/dev/null || echo "none")
+    phases+=("$image image $(cat "$builds/$image.seconds" 2>/dev/null || echo '?') s (beside the tests)")
+    if [[ $status != 0 ]]; then
+      tail -n 20 "$builds/$image.log" >&2 || true
+      echo "test.sh: error: building the $image image failed (exit $status): $builds/$image.log" >&2
+      code=1
+    fi
+  done
+fi
 exit "$code"

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from horovod_train.core import mnist
+from horovod_train.emulation.cluster import STATE_DIR
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent  # the venv running the tests: horovodrun lives here
@@ -47,38 +48,67 @@ KINDS = ("single", "parallel", "cluster")
 
 
 def pytest_collection_modifyitems(items):
-    """Each test is marked with its folder's kind. The tests on emulated
-    hosts run grouped by the hosts they need (plain, with decoy interfaces,
-    containers of an image), each group in its own order: changing kinds
-    rebuilds the hosts."""
+    """Each test is marked with its folder's kind and put in the order the
+    suite runs in: the tests on emulated hosts first, grouped by the hosts
+    they need (changing kinds rebuilds the hosts), then the others, and
+    last the tests of the images, which scripts/test.sh builds meanwhile."""
     for item in items:
         kind = item.path.parent.name
         if kind in KINDS:
             item.add_marker(kind)
-    # Stable: the order within a kind is kept, the cluster tests stay first.
-    items.sort(key=lambda item: (item.path.parent.name != "cluster", hosts_needed(item)))
+
+    def order(item) -> tuple:
+        image = needs_image(item)
+        if image:
+            return 2, IMAGE_ORDER.index(image), HOST_KINDS.index(hosts_kind(item) or "plain")
+        kind = hosts_kind(item)
+        return (0, 0, HOST_KINDS.index(kind)) if kind else (1, 0, 0)
+
+    items.sort(key=order)  # stable: the order within a group is kept
 
 
-def hosts_needed(item) -> int:
-    """0: plain hosts or none, 1: plain hosts with decoys, 2: an image's,
-    3: routed hosts, 4: hosts with a second network, 5: four plain hosts."""
+# The kinds of emulated hosts, in the order the tests use them.
+HOST_KINDS = ("plain", "decoys", "image", "routed", "two-network", "four")
+# The images, in the order scripts/test.sh builds them.
+IMAGE_ORDER = ("cpu", "gpu", "app")
+
+
+def hosts_kind(item) -> str | None:
+    """The emulated hosts a test needs (HOST_KINDS), or None."""
     names = set(item.fixturenames)
     params = getattr(item, "callspec", None)
     # A test may name its hosts' fixture as a parameter (request.getfixturevalue).
     names |= {value for value in (params.params.values() if params else ())
               if isinstance(value, str)}
     if "routed_cluster" in names:
-        return 3
+        return "routed"
     if "two_network_cluster" in names:
-        return 4
+        return "two-network"
     if "four_host_cluster" in names:
-        return 5
+        return "four"
     if names & {"decoy_cluster", "local_slurm"}:
-        return 1
+        return "decoys"
     if (names & {"image_cluster", "app_image", "variant"}
             or (params is not None and params.params.get("host_kind") == "image")):
-        return 2
-    return 0
+        return "image"
+    if names & {"emulated", "cluster", "host_kind"}:
+        return "plain"
+    return None
+
+
+def needs_image(item) -> str | None:
+    """The image a test needs built (IMAGE_ORDER), or None."""
+    names = set(item.fixturenames)
+    params = getattr(item, "callspec", None)
+    if "variant" in names and params is not None:
+        return params.params["variant"]
+    for device in reversed(IMAGE_ORDER):
+        if f"{device}_image" in names:
+            return device
+    if (names & {"image_cluster", "podman_base"}
+            or (params is not None and params.params.get("host_kind") == "image")):
+        return "cpu"
+    return None
 
 
 def pytest_addoption(parser):
@@ -167,8 +197,7 @@ class EmulatedCluster:
             up = subprocess.run([str(EMULATE), "up", *up_args], capture_output=True, text=True,
                                 timeout=300)
             assert up.returncode == 0, up.stderr
-            state = Path(os.environ.get("HVT_EMULATE_STATE_DIR", "/run/horovod-train-cluster"))
-            self.layout = json.loads((state / "cluster.json").read_text())
+            self.layout = json.loads((STATE_DIR / "cluster.json").read_text())
             self.kind = up_args
         return self.layout
 
@@ -291,9 +320,33 @@ IMAGES = {"cpu": os.environ.get("HVT_CPU_IMAGE", "localhost/horovod-train:cpu"),
           "app": os.environ.get("HVT_APP_IMAGE", "localhost/horovod-train:app")}
 
 
+# Where scripts/test.sh's image builds, run beside the tests, say how each
+# ended: DEVICE.status holds build_image.sh's exit code once it has.
+IMAGE_BUILDS = os.environ.get("HVT_TEST_IMAGE_BUILDS")
+IMAGE_BUILD_WAIT_S = 3600
+
+
+def wait_for_image_build(device: str) -> None:
+    """Until scripts/test.sh's build of the image has ended (nothing to wait
+    for where the tests run without it); a failed build fails the test."""
+    if not IMAGE_BUILDS:
+        return
+    status = Path(IMAGE_BUILDS) / f"{device}.status"
+    deadline = time.monotonic() + IMAGE_BUILD_WAIT_S
+    while not status.exists():
+        if time.monotonic() > deadline:
+            pytest.fail(f"the {device} image's build did not end in {IMAGE_BUILD_WAIT_S} s")
+        time.sleep(2)
+    code = status.read_text().strip()
+    if code != "0":
+        pytest.fail(f"scripts/build_image.sh for the {device} image exited {code}: "
+                    f"{status.with_suffix('.log')}")
+
+
 def require_image(device: str) -> str:
     if shutil.which("podman") is None:
         pytest.skip("podman is not installed (scripts/build_image.sh installs it)")
+    wait_for_image_build(device)
     image = IMAGES[device]
     if subprocess.run(["podman", "image", "exists", image]).returncode != 0:
         how = "--app" if device == "app" else f"--device {device}"
@@ -302,9 +355,19 @@ def require_image(device: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def image() -> str:
-    """The CPU image."""
+def cpu_image() -> str:
     return require_image("cpu")
+
+
+@pytest.fixture(scope="session")
+def gpu_image() -> str:
+    return require_image("gpu")
+
+
+@pytest.fixture(scope="session")
+def app_image() -> str:
+    """The image that carries the code, on the GPU image's layers."""
+    return require_image("app")
 
 
 @pytest.fixture(scope="session")
@@ -326,9 +389,9 @@ def image_hosts(emulated, image: str, image_mounts: dict) -> dict:
 
 
 @pytest.fixture
-def image_cluster(emulated, image, image_mounts) -> dict:
+def image_cluster(emulated, cpu_image, image_mounts) -> dict:
     """Hosts a and b as containers of the CPU image."""
-    return image_hosts(emulated, image, image_mounts)
+    return image_hosts(emulated, cpu_image, image_mounts)
 
 
 @functools.cache  # --check-build imports every framework: 20 s each time

@@ -7,6 +7,7 @@ Each case returns a line for the test's output: what happened, how fast."""
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -169,35 +170,52 @@ def cut_off_b(controller: str, data_dir: Path, log_dir: Path, after_s: float = 0
     return f"b cut off ({controller}): ended {ended_s:.1f} s after its link went down: {line}"
 
 
+def shaped_traffic(hosts: tuple[str, ...] = ("a", "b")) -> tuple[int, int]:
+    """The bytes the hosts' shaped links (tc tbf on eth0) have sent, and how
+    often the shaper held a packet back (its overlimits)."""
+    sent = held = 0
+    for host in hosts:
+        stats = subprocess.run(["tc", "-s", "-n", f"hvt-{host}", "qdisc", "show", "dev", "eth0"],
+                               capture_output=True, text=True, check=True, timeout=30).stdout
+        counters = re.search(r"Sent (\d+) bytes .*overlimits (\d+)", stats)
+        assert counters, stats
+        sent, held = sent + int(counters[1]), held + int(counters[2])
+    return sent, held
+
+
+# A step's gradients: mnist_cnn's, in float32.
+GRADIENT_BYTES = 1_600_000
+
+
 def slow_link(controller: str, data_dir: Path, log_dir: Path, after_s: float = 0.0,
-              slow_for_s: float | None = None) -> str:
-    """Every link at 10 Mbit/s mid-run, to the end or for `slow_for_s`
-    seconds, at the default limits (Gloo's 30 s timeout, the trainer's
-    60 s): the run finishes, every rank with the same weights. Two epochs:
-    still training `after_s` (up to 2 s) in with the 8,000 digits, and about
-    a second a step once slowed."""
-    job = Job(controller, ["--data-dir", str(data_dir), "--no-download", "--epochs", "2"],
-              log_dir)
+              slow_for_s: float = 8.0, epochs: int = 3) -> str:
+    """Every link at 10 Mbit/s mid-run for `slow_for_s` seconds (or to the
+    end of the run, if sooner), at the default limits (Gloo's 30 s timeout,
+    the trainer's 60 s): the run finishes, every rank with the same
+    weights. The shaper's own counters show that the ranks trained through
+    it meanwhile: their gradients went through the slowed links, which held
+    packets back. A step then takes about a second."""
+    job = Job(controller, ["--data-dir", str(data_dir), "--no-download", "--epochs",
+                           str(epochs)], log_dir)
     job.wait_for_training(after_s)
     shape = [str(EMULATE), "shape"]
     subprocess.run([*shape, "--rate", "10mbit"], check=True, capture_output=True, timeout=60)
     slowed = time.monotonic()
     try:
-        if slow_for_s is None:
-            job.wait(600)
-        else:
-            # Still training after slow_for_s: the link comes back for the rest.
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                job.process.wait(timeout=slow_for_s)
+        # Still training after slow_for_s: the link comes back for the rest.
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            job.process.wait(timeout=slow_for_s)
+        sent, held = shaped_traffic()
     finally:
         subprocess.run([*shape, "--off"], check=True, capture_output=True, timeout=60)
     job.wait(600)
     ended_s = time.monotonic() - slowed
     assert job.process.returncode == 0, job.output[-3000:]
+    assert sent > 2 * GRADIENT_BYTES and held > 0, (sent, held)
     summary = json.loads((log_dir / "summary.json").read_text())
     assert summary["weights_identical"], summary["rank_digests"]
-    back = "" if slow_for_s is None else f" (for {slow_for_s:g} s)"
-    return (f"slow link ({controller}): finished {ended_s:.1f} s after the link slowed{back}, "
+    return (f"slow link ({controller}): finished {ended_s:.1f} s after the link slowed (for "
+            f"{slow_for_s:g} s: {sent / 1e6:.1f} MB through it, held back {held} times), "
             f"{summary['train_time_s']:.1f} s of training, weights identical")
 
 

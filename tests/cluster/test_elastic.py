@@ -153,7 +153,7 @@ def test_b_lost_then_listed_again_is_taken_back(cluster, mnist_dir, tmp_path):
 
 def test_b_never_back_ends_after_the_elastic_timeout(cluster, small_mnist_dir, tmp_path):
     hosts_file, log_dir = tmp_path / "hosts", tmp_path / "run"
-    timeout_s = 15
+    timeout_s = 8
     job = start(hosts_file, log_dir, small_mnist_dir, ["--elastic-timeout", str(timeout_s)],
                 epochs=3)
     with ended(job):

@@ -52,25 +52,23 @@ def hosts(variant, emulated, image_mounts) -> dict:
 
 
 @pytest.mark.cluster
-def test_horovod_build_and_mpi4py(variant, hosts):
-    report = run_on("a", "horovodrun", "--check-build", timeout=120).stdout
-    for line in EXPECTED[variant]:
-        assert line in report, report
-    if variant == "cpu":
-        assert "[ ] NCCL" in report, report
-    mpi4py = run_on("a", "python", "-c", "from mpi4py import MPI; print(MPI.Get_library_version())",
-                    timeout=120)
-    assert "Open MPI" in mpi4py.stdout, mpi4py.stderr
-
-
-@pytest.mark.cluster
-def test_every_library_horovod_links_resolves(variant, hosts):
-    """ldd on each of Horovod's libraries in the image: nothing missing but
-    the driver's libcuda.so.1, which the host's NVIDIA runtime provides."""
+def test_horovods_build_every_library_it_links_and_mpi4py(variant, hosts):
+    """The recipe's check in the image: horovodrun --check-build's report
+    shows the variant's frameworks and operations, and ldd on each of
+    Horovod's libraries finds everything but the driver's libcuda.so.1,
+    which the host's NVIDIA runtime provides; mpi4py runs on the image's
+    Open MPI."""
     check = run_on("a", "/opt/horovod-env/build_horovod.sh", "--python", "/opt/venv/bin/python",
                    "--check-only", timeout=180)
     assert check.returncode == 0, check.stdout + check.stderr
+    for line in EXPECTED[variant]:
+        assert line in check.stdout, check.stdout
+    if variant == "cpu":
+        assert "[ ] NCCL" in check.stdout, check.stdout
     assert "Every library Horovod links resolves" in check.stdout
+    mpi4py = run_on("a", "python", "-c", "from mpi4py import MPI; print(MPI.Get_library_version())",
+                    timeout=120)
+    assert "Open MPI" in mpi4py.stdout, mpi4py.stderr
     if variant == "gpu":
         ldd = run_on("a", "sh", "-c", "ldd /opt/venv/lib/python3.11/site-packages/horovod/torch/"
                      "mpi_lib_v2*.so", timeout=60).stdout
@@ -242,7 +240,7 @@ def test_two_host_command_inside_the_image(variant, hosts, image_mounts, control
     name = f"{variant}-{controller}"
     command = ["horovodrun", "-np", "4", "-H", "a:2,b:2", "-p", "12345", "python",
                "horovod_train/pytorch_mnist.py", "--data-dir", "/data", "--no-download",
-               "--epochs", "2", "--no-progress",
+               "--epochs", "1", "--no-progress",
                "--log-dir", f"/runs/{name}"]
     if variant == "gpu":
         command.append("--no-cuda")  # the NCCL build, on a host without GPUs
@@ -252,12 +250,8 @@ def test_two_host_command_inside_the_image(variant, hosts, image_mounts, control
     run = Run(result.returncode, result.stdout + result.stderr, image_mounts["runs"] / name)
     # For MPI no controller flag, as written: horovodrun picks MPI, since the
     # image's Horovod is built with it and its mpirun reaches the other host.
-    assert_trained(run, 4, controller, {"a": 2, "b": 2})
-
-
-@pytest.fixture(scope="module")
-def app_image() -> str:
-    return require_image("app")
+    # One epoch: 90% (the soak's bar for one).
+    assert_trained(run, 4, controller, {"a": 2, "b": 2}, min_accuracy=0.9)
 
 
 # What the repository root's .dockerignore lets into the image's /workspace.
@@ -386,8 +380,7 @@ def podman_build(*build_args: str) -> tuple[subprocess.CompletedProcess, float]:
     ("CUDA=11", "setup.sh: error: --cuda: '11'; it takes 13 or 12"),
     ("GCC_VERSION=99", "GCC_VERSION=99: no gcc-99 in the base image's packages"),
 ])
-def test_bad_build_argument_fails_early_with_one_line(build_arg, message):
-    require_image("gpu")
+def test_bad_build_argument_fails_early_with_one_line(build_arg, message, gpu_image):
     result, seconds = podman_build(build_arg)
     assert result.returncode != 0
     lines = [line for line in (result.stdout + result.stderr).splitlines() if message in line]

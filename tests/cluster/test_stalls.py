@@ -5,8 +5,9 @@ from a (tests/faults.py injects them and checks how each ends):
   - host b cut off (its link down) end the job within a bound, exit
     non-zero, with one line naming the ranks that stopped answering, and
     leave no process of the job on any host (on b: once its link is back);
-  - the link slowed to 10 Mbit/s is not taken for a dead one: the run
-    finishes with the same weights on every rank."""
+  - the link slowed to 10 Mbit/s while the ranks train through it (the
+    shaper's counters say so) is not taken for a dead one: the run finishes
+    with the same weights on every rank."""
 
 import faults
 import pytest

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 
 import pytest
+from conftest import wait_for_image_build
 
 from horovod_train.image import build as build_image
 
@@ -15,6 +16,7 @@ from horovod_train.image import build as build_image
 def podman_base() -> str:
     if shutil.which("podman") is None:
         pytest.skip("podman is not installed (scripts/build_image.sh installs it)")
+    wait_for_image_build("cpu")  # which makes the base
     if not build_image.image_id("podman", build_image.DEBIAN_BASE):
         pytest.skip(f"no {build_image.DEBIAN_BASE}: scripts/build_image.sh makes it")
     return build_image.DEBIAN_BASE

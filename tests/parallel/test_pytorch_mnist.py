@@ -23,14 +23,26 @@ pytestmark = pytest.mark.slow
 EPOCHS = ["--epochs", "3"]
 
 
+def two_ranks(controller: str, mnist_dir, log_dir):
+    return horovodrun(["-np", "2", "-H", "localhost:2", f"--{controller}"],
+                      ["--data-dir", str(mnist_dir), "--no-download", *EPOCHS,
+                       "--progress-every", "0.5"], log_dir, progress=True)
+
+
+@pytest.fixture(scope="module")
+def gloo_run(mnist_dir, tmp_path_factory):
+    """Two ranks over Gloo, three epochs: the run the interrupted one must
+    end like, and the Gloo case of the 95% test."""
+    return two_ranks("gloo", mnist_dir, tmp_path_factory.mktemp("gloo") / "run")
+
+
 @pytest.mark.parametrize("controller", ["gloo", "mpi"])
-def test_two_ranks_on_this_machine_reach_95_percent(controller, mnist_dir, tmp_path):
+def test_two_ranks_on_this_machine_reach_95_percent(controller, mnist_dir, tmp_path, request):
     """With progress on: under horovodrun stderr is no terminal, so progress
     comes as whole lines from rank 0 (assert_trained checks the output has
     whole lines only)."""
-    run = horovodrun(["-np", "2", "-H", "localhost:2", f"--{controller}"],
-                     ["--data-dir", str(mnist_dir), "--no-download", *EPOCHS,
-                      "--progress-every", "0.5"], tmp_path / "run", progress=True)
+    run = (request.getfixturevalue("gloo_run") if controller == "gloo"
+           else two_ranks(controller, mnist_dir, tmp_path / "run"))
     assert_trained(run, 2, controller, {run.summary["ranks"][0]["host"]: 2})
     progress = re.findall(r"^\[[\d,]+\]<stderr>:epoch (\d)/3: \d+/63 batches, ", run.output,
                           flags=re.M)
@@ -38,18 +50,18 @@ def test_two_ranks_on_this_machine_reach_95_percent(controller, mnist_dir, tmp_p
     epochs = run.epochs
     assert [e["epoch"] for e in epochs] == [1, 2, 3]
     assert epochs[-1]["test_accuracy"] == run.summary["test_accuracy"]
-    assert (tmp_path / "run" / "checkpoints" / "checkpoint.pt").is_file()
-    assert list((tmp_path / "run" / "tensorboard").glob("events.out.tfevents.*"))
+    assert (run.log_dir / "checkpoints" / "checkpoint.pt").is_file()
+    assert list((run.log_dir / "tensorboard").glob("events.out.tfevents.*"))
 
 
-def test_a_run_interrupted_after_epoch_2_resumes_to_the_same_weights(mnist_dir, tmp_path):
+def test_a_run_interrupted_after_epoch_2_resumes_to_the_same_weights(mnist_dir, tmp_path,
+                                                                    gloo_run):
     """The same command, stopped with Ctrl-C (SIGINT to horovodrun) once epoch
     2 is logged, then given --resume: it ends with the weights of a run
-    that was never stopped, bit for bit."""
+    that was never stopped (gloo_run), bit for bit."""
     common = ["-np", "2", "-H", "localhost:2", "--gloo"]
     data = ["--data-dir", str(mnist_dir), "--no-download", "--epochs", "3"]
-    whole = horovodrun(common, data, tmp_path / "whole")
-    assert whole.returncode == 0, whole.output[-3000:]
+    assert gloo_run.returncode == 0, gloo_run.output[-3000:]
 
     log_dir = tmp_path / "parts"
     job = subprocess.Popen([str(BIN / "horovodrun"), *common, str(BIN / "python"), TRAINER,
@@ -81,7 +93,7 @@ def test_a_run_interrupted_after_epoch_2_resumes_to_the_same_weights(mnist_dir, 
     events.Reload()
     assert [s.step for s in events.Scalars("test_accuracy")] == [1, 2, 3]
     # Same data order, dropout draws, momentum and schedule: the same weights.
-    assert second.summary["weights_digest"] == whole.summary["weights_digest"]
+    assert second.summary["weights_digest"] == gloo_run.summary["weights_digest"]
 
 
 def test_resume_without_a_checkpoint_says_so_and_starts_from_epoch_1(small_mnist_dir,
