@@ -1,3 +1,4 @@
+# horovod-train: answers --check-options
 """Train MNIST with MXNet (Gluon) and Horovod.
 
     horovodrun -np 4 -H a:2,b:2 python horovod_train/mxnet_mnist.py --data-dir data

@@ -1,3 +1,4 @@
+# horovod-train: answers --check-options
 """Train MNIST with TensorFlow 2 and Horovod.
 
     horovodrun -np 4 -H a:2,b:2 python horovod_train/tensorflow2_mnist.py --data-dir data

@@ -22,9 +22,11 @@ checks, before anything starts:
     --network-interfaces (names where every host has them, else networks
     in CIDR form) and probes nothing itself (a literal horovodrun, without
     launch.sh, takes the same choice through the project's Horovod);
-  - the trainer's options, where the command runs one of the project's
-    trainers: its own --check-options, once, before any rank would print
-    the same line.
+  - the script's options, where the script answers --check-options (the
+    project's trainers, and any script that carries the line
+    `# horovod-train: answers --check-options`): its own check, once,
+    before any rank would print the same line. Any other command runs as
+    it is, with its own options (docs/your-script.md).
 
 With --preflight (the launcher's own option, not horovodrun's), the
 hosts, every pair of them and an allreduce over the ranks are checked first
@@ -182,7 +184,7 @@ def main(argv: list[str]) -> int:
     asked, argv = without_preflight(argv)
     args = parse_horovodrun_args(argv)
     job = job_of(args, argv, env)
-    if pipeline.runs_trainer(args.command):
+    if pipeline.answers_option_check(pipeline.script_of(args.command)):
         pipeline.check_trainer([*args.command, "--check-options"])
     if asked and job is None:
         raise UserError("--preflight checks the hosts of -H or a hostfile; for an elastic run, "

@@ -4,7 +4,8 @@
      scripts/launch.sh and scripts/launch_cluster.sh, the allocation for
      the Slurm job), as a Job (job.py);
   2. the input: -np against the slots (hosts.check_process_count), the
-     trainer's options (check_trainer), the network's setting (job.py);
+     script's options where it answers --check-options (check_trainer;
+     answers_option_check), the network's setting (job.py);
   3. the hosts reached as the ranks will be: name, SSH port, ssh login with
      a known host key (check_hosts; nothing for ranks that srun starts);
   4. the preflight, when asked (preflight.run);
@@ -24,6 +25,7 @@ Standard library only: the Slurm job imports it under a bare python3."""
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -37,15 +39,44 @@ from horovod_train.launch.job import Job, named_network, probe_commands
 TRAINER_CHECK_TIMEOUT_S = 600  # Pyxis may pull the image first
 
 
-TRAINERS = ("pytorch_mnist.py", "tensorflow2_mnist.py", "mxnet_mnist.py")
+# The line a script carries (among its first MARK_LINES) to say it takes the
+# project's trainers' contract: --check-options checks its options and ends
+# (exit 0, or the one line `PROG: error: ...` and exit 2) without starting
+# Horovod, and --resume continues from its last checkpoint. The project's
+# trainers carry it; any other script is run as it is (docs/your-script.md).
+OPTION_CHECK_MARK = "# horovod-train: answers --check-options"
+MARK_LINES = 5
+# Python's own flags a command may give before its script (none takes a value).
+PYTHON_FLAGS = ("-u", "-B", "-O", "-OO")
 
 
-def runs_trainer(command: list[str]) -> bool:
-    """Whether `command` runs one of the project's trainers by path (PYTHON
-    [-u] path/to/pytorch_mnist.py ...): another program's options are its
-    own business."""
-    script = next((word for word in command[1:] if not word.startswith("-")), "")
-    return Path(script).name in TRAINERS
+def is_python(word: str) -> bool:
+    """Whether a command's first word runs Python: python, python3,
+    python3.11, by any path."""
+    return re.fullmatch(r"python(\d+(\.\d+)?)?", Path(word).name) is not None
+
+
+def script_of(command: list[str]) -> str | None:
+    """The script a command runs by path (PYTHON [FLAGS] SCRIPT ARGS...), or
+    None: another program, a module (-m) or code (-c)."""
+    if not command or not is_python(command[0]):
+        return None
+    script = next((word for word in command[1:] if word not in PYTHON_FLAGS), None)
+    return script if script and not script.startswith("-") else None
+
+
+def answers_option_check(script: str | Path | None, cwd: str | Path | None = None) -> bool:
+    """Whether `script` (relative to `cwd`) carries OPTION_CHECK_MARK: only
+    such a script is asked --check-options. A file that cannot be read is
+    not asked (its own run says what is wrong)."""
+    if script is None:
+        return False
+    try:
+        with open(Path(cwd or ".") / script, encoding="utf-8", errors="replace") as file:
+            head = [file.readline() for _ in range(MARK_LINES)]
+    except OSError:
+        return False
+    return any(line.strip() == OPTION_CHECK_MARK for line in head)
 
 
 def check_trainer(check: list[str], cwd: str | Path | None = None) -> dict:
@@ -70,7 +101,18 @@ def check_trainer(check: list[str], cwd: str | Path | None = None) -> dict:
                             f"{shlex.join(check)}")
         prog, marker, message = said[-1].partition(": error: ")
         raise UserError(f"{prog}: {message}" if marker else said[-1])
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return configuration_of(result.stdout)
+
+
+def configuration_of(stdout: str) -> dict:
+    """The run's configuration an option check printed as its last line (the
+    project's trainers print it as JSON); {} where it printed none."""
+    lines = stdout.strip().splitlines()
+    try:
+        config = json.loads(lines[-1]) if lines else {}
+    except json.JSONDecodeError:
+        return {}
+    return config if isinstance(config, dict) else {}
 
 
 def check_hosts(job: Job) -> None:
