@@ -182,15 +182,24 @@ def use_chosen_networks() -> None:
                                              socket.gethostname()))
 
 
-def init_horovod(hvd, cpu_tensors: bool) -> None:
-    """hvd.init(), with the project's MPI settings for this rank, its
-    interfaces on the job's chosen networks, and its Horovod settings for
-    CPU tensors where the rank trains on the CPU."""
+@functools.cache  # once per process: the start barrier must be met once
+def prepare_rank() -> None:
+    """What any script's rank needs before hvd.init(), from the launcher's
+    settings: the project's MPI settings, this host's interfaces on the
+    job's chosen networks, and MPI started at the start barrier where the
+    launcher set one. The trainers do it in init_horovod; a user's script
+    that srun starts has it done by core/rank_script.py."""
     use_rank_mpi_settings()
     use_chosen_networks()
+    start_mpi_at_the_start_barrier()
+
+
+def init_horovod(hvd, cpu_tensors: bool) -> None:
+    """hvd.init(), with the rank prepared (prepare_rank) and the project's
+    Horovod settings for CPU tensors where the rank trains on the CPU."""
     if cpu_tensors:
         use_defaults(CPU_RANK_HOROVOD_SETTINGS)
-    start_mpi_at_the_start_barrier()
+    prepare_rank()
     hvd.init()
     phases.mark("horovod")
     if hvd.rank() == 0:

@@ -3,6 +3,7 @@ the batch step, and so do the jobs of scripts/slurm/submit.sh: one recipe for
 both.
 
     scripts/python.sh -m horovod_train slurm-job run [-- TRAINER OPTIONS...]
+    scripts/python.sh -m horovod_train slurm-job run -- python SCRIPT ARGS...
 
 By default every rank is a task of the job, started by srun, and Horovod
 starts over MPI through Slurm's PMIx: Slurm tracks, binds, accounts for and
@@ -12,14 +13,20 @@ in turn:
 
     srun --ntasks 1 ... python TRAINER OPTIONS... --check-options
                                        the trainer's options, checked once
+                                       (a script that answers it alone:
+                                       launch/pipeline.py's mark)
     srun --ntasks-per-node 1 ... python -m horovod_train.core.interfaces probe
                                        the network every node reaches every
                                        other on (launch/network.py)
-    srun --mpi=pmix --ntasks=4 ... python TRAINER OPTIONS...
-                                       the ranks, with that network handed
+    srun --mpi=pmix --ntasks=4 ... python -m horovod_train.core.rank_script
+            TRAINER OPTIONS...         the ranks, with that network handed
                                        to Open MPI (in CIDR form) and to each
                                        rank, which names its own interface on
-                                       it to NCCL and Gloo
+                                       it to NCCL and Gloo (core/rank_script.py)
+
+Any script runs so: the job's arguments are the trainer's options, or a
+command, `-- python my_train.py ARGS` (python is the runtime's; also
+`python -u` and `python -m MODULE`), run as it is.
 
 HVT_LAUNCHER=horovodrun runs `horovodrun -np 4 -H a:2,b:2 --gloo` from the
 first node instead, its ranks on the other nodes started over ssh: for
@@ -46,7 +53,8 @@ Settings, from the environment (`sbatch --export`, or exported before sbatch):
                       HVT_IMAGE (an enroot URI or a .sqsh file)
     HVT_IMAGE     the image, for apptainer and pyxis
     HVT_MOUNTS    apptainer and pyxis: more binds, SRC:DST[:ro],... (data, outputs)
-    HVT_TRAINER   the entry script (default horovod_train/pytorch_mnist.py)
+    HVT_TRAINER   the script the job's options go to (default
+                      horovod_train/pytorch_mnist.py); or give a command
     HVT_TRAIN_DIR the checkout (default: the job's working directory); venv:
                       its .venv runs; apptainer and pyxis: mounted at /workspace,
                       the image's working directory (the image holds no code)
@@ -202,7 +210,7 @@ def with_network(main: list[str], choice: network.Choice | None) -> list[str]:
     return [*main[:at], *pipeline.with_nics([], choice), *main[at:]]
 
 
-def run_job(trainer_args: list[str], env: dict | None = None, settings: Settings | None = None,
+def run_job(job_args: list[str], env: dict | None = None, settings: Settings | None = None,
             dry_run: bool = False) -> int:
     """The whole job from inside the allocation, as launch/pipeline.py
     orders it: read it, plan, check, preflight when asked, choose the
@@ -210,14 +218,15 @@ def run_job(trainer_args: list[str], env: dict | None = None, settings: Settings
     env = dict(os.environ if env is None else env)
     allocation = allocation_from_env(env)
     settings = settings or settings_from_env(env)
-    plan = make_plan(allocation, settings, trainer_args)
+    plan = make_plan(allocation, settings, job_args)
     if dry_run:
         print(describe(allocation, settings, plan, None, dry_run=True), flush=True)
         return 0
     if settings.launcher == "srun":
         starters.check_pmix()
-    check_launcher_options(pipeline.check_trainer(plan.check, plan.cwd), settings)
-    job = job_of(allocation, settings, "--no-cuda" in trainer_args)
+    if plan.check:
+        check_launcher_options(pipeline.check_trainer(plan.check, plan.cwd), settings)
+    job = job_of(allocation, settings, "--no-cuda" in job_args)
     if not plan.sshd:
         # horovodrun's ssh to the nodes, checked as launch.sh checks it; a
         # container's sshd is checked when its step has started it.
@@ -243,13 +252,13 @@ def main() -> int:
     parser = ArgumentParser(prog="slurm", description=__doc__,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=["run"])
-    parser.add_argument("trainer_args", nargs=argparse.REMAINDER,
-                        help="-- and the trainer's options")
+    parser.add_argument("job_args", nargs=argparse.REMAINDER,
+                        help="-- and the trainer's options, or -- python SCRIPT ARGS")
     args = parser.parse_args()
-    trainer_args = args.trainer_args[1:] if args.trainer_args[:1] == ["--"] else args.trainer_args
+    job_args = args.job_args[1:] if args.job_args[:1] == ["--"] else args.job_args
     # scancel's SIGTERM: stop horovodrun (and through it every rank) on the way out.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
-    return run_job(trainer_args,
+    return run_job(job_args,
                    dry_run=parse_flag("HVT_DRY_RUN", os.environ.get("HVT_DRY_RUN")))
 
 

@@ -10,12 +10,13 @@ nodes, only a python3."""
 
 import os
 import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
 from horovod_train.core.errors import UserError
 from horovod_train.launch import allocation as allocation_module
-from horovod_train.launch import network
+from horovod_train.launch import network, pipeline
 from horovod_train.launch.allocation import Allocation
 from horovod_train.launch.hosts import IMAGE_SSH_PORT
 from horovod_train.launch.job import PROBE_ARGS
@@ -23,6 +24,8 @@ from horovod_train.launch.job import PROBE_ARGS
 LAUNCHERS = ("srun", "horovodrun")
 RUNTIMES = ("venv", "apptainer", "pyxis")
 DEFAULT_TRAINER = "horovod_train/pytorch_mnist.py"
+# What every srun rank runs first: it prepares the rank, then runs the script.
+RANK_SCRIPT = "horovod_train.core.rank_script"
 # The image's layout (docker/Dockerfile): its venv, trainers and entrypoint;
 # its sshd port is hosts.IMAGE_SSH_PORT.
 IMAGE_WORKDIR = "/workspace"
@@ -42,7 +45,7 @@ class Settings:
     keys: str | None
     mounts: tuple[str, ...]
     ssh_port: int | None
-    trainer: str
+    trainer: str | None  # HVT_TRAINER; None: the job's command, else DEFAULT_TRAINER
     resume: bool
     checkout: Path
     interfaces: tuple[str, ...] = ()  # HVT_NETWORK_INTERFACE's items, checked; none: chosen
@@ -121,7 +124,7 @@ def make_settings(launcher: str = "srun", runtime: str = "venv", image: str | No
                         f"HVT_RUNTIME={runtime}, run scripts/preflight.sh in the image instead")
     return Settings(launcher, runtime, image or None,
                     str(Path(keys).resolve()) if keys else None, mount_list, port,
-                    trainer or DEFAULT_TRAINER, resume, checkout, names, ranks, preflight)
+                    trainer or None, resume, checkout, names, ranks, preflight)
 
 
 def settings_from_env(env: dict) -> Settings:
@@ -137,16 +140,91 @@ def settings_from_env(env: dict) -> Settings:
                          preflight=parse_flag("HVT_PREFLIGHT", env.get("HVT_PREFLIGHT")))
 
 
+# --- what the ranks run -----------------------------------------------------------
+
+@dataclass(frozen=True)
+class Program:
+    """What every rank runs, after the runtime's python: a script by path
+    (or a module, -m) with its arguments, Python's own flags before it.
+    Only a `checked` one (it answers --check-options: the project's
+    trainers, or a script that carries pipeline.OPTION_CHECK_MARK) is
+    asked --check-options first and given --resume."""
+    target: str
+    args: tuple[str, ...] = ()
+    module: bool = False
+    flags: tuple[str, ...] = ()
+    checked: bool = False
+
+    def words(self, *more: str) -> list[str]:
+        """python's arguments: flags, the script (or -m MODULE), its arguments."""
+        return [*self.flags, *(["-m"] if self.module else []), self.target, *self.args, *more]
+
+
+def job_program(job_args: list[str], settings: Settings) -> Program:
+    """The job's arguments as what its ranks run. Either the options of
+    HVT_TRAINER's script (the project's PyTorch trainer where it is unset):
+
+        sbatch scripts/slurm/horovod.sbatch --epochs 3
+
+    or a command whose python is the runtime's (the checkout's venv, or the
+    image's):
+
+        sbatch scripts/slurm/horovod.sbatch -- python [-u] my_train.py ARGS
+        sbatch scripts/slurm/horovod.sbatch -- python -m my_package.train ARGS
+
+    A script's path is the checkout's where it is relative. What cannot run
+    is one UserError."""
+    words = job_args[1:] if job_args[:1] == ["--"] else job_args
+    if words and pipeline.is_python(words[0]):
+        if settings.trainer:
+            raise UserError(f"HVT_TRAINER={settings.trainer} and the job's command "
+                            f"({shlex.join(words[:2])} ...) both say what the ranks run: "
+                            "give one")
+        program = python_command(words)
+    elif job_args[:1] == ["--"] and words and not words[0].startswith("-"):
+        raise UserError(f"the job's command must run Python: python SCRIPT ARGS or python -m "
+                        f"MODULE ARGS (the runtime's python); got {shlex.join(words)}")
+    else:
+        program = Program(settings.trainer or DEFAULT_TRAINER, tuple(words))
+    if program.module:
+        return program
+    script = settings.checkout / program.target  # an absolute target stays itself
+    container = settings.runtime != "venv"
+    if not script.is_file() and not (container and Path(program.target).is_absolute()):
+        # An absolute path in a container may be the image's own, or a mount's.
+        raise UserError(f"{program.target}: no such script"
+                        + ("" if Path(program.target).is_absolute()
+                           else f" in the checkout {settings.checkout}"))
+    checked = pipeline.answers_option_check(script)
+    return Program(program.target, program.args, False, program.flags, checked)
+
+
+def python_command(words: list[str]) -> Program:
+    """`python [FLAGS] SCRIPT ARGS` or `python [FLAGS] -m MODULE ARGS` as a Program."""
+    at = 1
+    while at < len(words) and words[at] in pipeline.PYTHON_FLAGS:
+        at += 1
+    flags, rest = tuple(words[1:at]), words[at:]
+    if rest[:1] == ["-m"] and len(rest) > 1:
+        return Program(rest[1], tuple(rest[2:]), True, flags)
+    if not rest or rest[0].startswith("-"):
+        flags_taken = " ".join(pipeline.PYTHON_FLAGS)
+        raise UserError(f"{shlex.join(words)}: the job runs python [{flags_taken}] SCRIPT ARGS "
+                        "or python -m MODULE ARGS")
+    return Program(rest[0], tuple(rest[1:]), False, flags)
+
+
 # --- the commands ---------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Plan:
-    """What the job runs, in order: `check`, the trainer's options, in one
-    task; `probe`, the network, in a task per node; then `main`, the ranks.
+    """What the job runs, in order: `check`, the script's options, in one
+    task, where the script answers --check-options (else None); `probe`, the
+    network, in a task per node; then `main`, the ranks.
     With horovodrun, a container runtime and more than one node, `sshd` on
     the other nodes first, for as long as `main` runs."""
     main: list[str]
-    check: list[str]
+    check: list[str] | None
     cwd: str | None
     probe: list[str]
     sshd: list[str] | None = None
@@ -154,12 +232,19 @@ class Plan:
     ssh_port: int | None = None
 
 
-def trainer_arguments(trainer_args: list[str], settings: Settings,
-                      allocation: Allocation) -> list[str]:
-    """The trainer's options, with --resume when asked for (HVT_RESUME=1) or when
-    Slurm restarted this job after a requeue."""
-    resume = settings.resume or allocation.restarts > 0
-    return [*trainer_args, *(["--resume"] if resume and "--resume" not in trainer_args else [])]
+def with_resume(program: Program, settings: Settings, restarts: int) -> Program:
+    """The program with --resume when asked for (HVT_RESUME=1) or when Slurm
+    restarted this job after a requeue, where the program takes it (a
+    checked one); another script resumes by itself."""
+    if settings.resume and not program.checked:
+        raise UserError(f"HVT_RESUME=1 adds --resume, which {program.target} is not known to "
+                        f"take (it carries no `{pipeline.OPTION_CHECK_MARK}` line): let the "
+                        "script resume from its own checkpoint")
+    resume = (settings.resume or restarts > 0) and program.checked
+    if not resume or "--resume" in program.args:
+        return program
+    return Program(program.target, (*program.args, "--resume"), program.module, program.flags,
+                   program.checked)
 
 
 def rank_count(allocation: Allocation, settings: Settings) -> int:
@@ -209,13 +294,14 @@ def srun_in_runtime(settings: Settings, srun_options: list[str], argv: list[str]
     return ["srun", *srun_options, *argv]
 
 
-def make_plan(allocation: Allocation, settings: Settings, trainer_args: list[str]) -> Plan:
-    args = trainer_arguments(trainer_args, settings, allocation)
+def make_plan(allocation: Allocation, settings: Settings, job_args: list[str]) -> Plan:
+    program = with_resume(job_program(job_args, settings), settings, allocation.restarts)
     container = settings.runtime != "venv"
     python = IMAGE_PYTHON if container else str(settings.checkout / ".venv" / "bin" / "python")
     cwd = None if container else str(settings.checkout)
     check = srun_in_runtime(settings, ["--nodes=1", "--ntasks=1", "--mpi=none"],
-                            [python, settings.trainer, *args, "--check-options"])
+                            [python, *program.words("--check-options")]) \
+        if program.checked else None
     probe = allocation_module.on_each_node(allocation.nodes, settings.checkout,
                                            PROBE_ARGS, stdin=True)
     if settings.launcher == "srun":
@@ -223,13 +309,15 @@ def make_plan(allocation: Allocation, settings: Settings, trainer_args: list[str
                  f"--ntasks={rank_count(allocation, settings)}",
                  *([f"--cpus-per-task={allocation.cpus_per_task}"]
                    if allocation.cpus_per_task else [])]
-        return Plan(srun_in_runtime(settings, ranks, [python, settings.trainer, *args]),
-                    check, cwd, probe)
+        # Each rank prepared, then the program run (core/rank_script.py).
+        rank = [python, *program.flags, "-m", RANK_SCRIPT,
+                *program.words()[len(program.flags):]]
+        return Plan(srun_in_runtime(settings, ranks, rank), check, cwd, probe)
 
     options = horovodrun_options(allocation, settings)
     if not container:
         venv = settings.checkout / ".venv" / "bin"
-        return Plan([str(venv / "horovodrun"), *options, python, settings.trainer, *args],
+        return Plan([str(venv / "horovodrun"), *options, python, *program.words()],
                     check, cwd, probe)
 
     first, others = allocation.nodes[0], allocation.nodes[1:]
@@ -237,7 +325,7 @@ def make_plan(allocation: Allocation, settings: Settings, trainer_args: list[str
                    "HVT_SSH_PORT": str(settings.ssh_port)}
     mounts = [f"{settings.keys}:{IMAGE_KEYS}:ro", f"{settings.checkout}:{IMAGE_WORKDIR}",
               *settings.mounts]
-    training = [IMAGE_ENTRYPOINT, IMAGE_HOROVODRUN, *options, python, settings.trainer, *args]
+    training = [IMAGE_ENTRYPOINT, IMAGE_HOROVODRUN, *options, python, *program.words()]
     keep_sshd = [IMAGE_ENTRYPOINT, "sleep", "infinity"]
     # One task on each other node, for the job's length; no --exact, so the
     # step keeps the job's CPUs there for the ranks its sshd starts.

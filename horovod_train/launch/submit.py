@@ -6,7 +6,10 @@ job with srun), plus requeue-and-resume.
     scripts/slurm/submit.sh --nodes 2 --tasks-per-node 2 --time 60 -- \\
         --epochs 3 --data-dir data --no-progress
 
-Options before `--` shape the job; what follows `--` goes to the trainer.
+Options before `--` shape the job; what follows `--` goes to the trainer,
+or is the command every rank runs, as horovod.sbatch takes it:
+
+    scripts/slurm/submit.sh --nodes 2 --tasks-per-node 2 -- python my_train.py ARGS
 It prints the job id and its log, then waits for the job and prints how it
 ended (--no-wait: returns after submitting).
 
@@ -53,18 +56,22 @@ class HorovodJob:
     def __init__(self, settings: slurm_plan.Settings):
         self.settings = settings
 
-    def __call__(self, trainer_args: list[str]) -> dict:
+    def __call__(self, job_args: list[str]) -> dict:
         started = time.monotonic()
-        code = slurm.run_job(trainer_args, settings=self.settings)
+        code = slurm.run_job(job_args, settings=self.settings)
         if code != 0:
             raise RunFailed(f"{self.settings.launcher} exited {code}")
         return {"exit_code": code, "wall_time_s": round(time.monotonic() - started, 1)}
 
-    def checkpoint(self, trainer_args: list[str]):
+    def checkpoint(self, job_args: list[str]):
         """Submitit calls this on the pre-timeout or preemption signal: the
-        requeued job is this one again, resuming from the trainer's checkpoint."""
-        resumed = trainer_args if "--resume" in trainer_args else [*trainer_args, "--resume"]
-        return submitit.helpers.DelayedSubmission(self, resumed)
+        requeued job is this one again, resuming from the trainer's
+        checkpoint (a script that does not answer --check-options is run
+        again as it was, and resumes by itself)."""
+        program = slurm_plan.job_program(job_args, self.settings)
+        resume = program.checked and "--resume" not in job_args
+        return submitit.helpers.DelayedSubmission(self, [*job_args, *(["--resume"] if resume
+                                                                      else [])])
 
 
 def make_executor(args: argparse.Namespace):
@@ -180,7 +187,9 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                           "directory")
     run.add_argument("--ssh-port", default=None,
                      help="--launcher horovodrun: the nodes' SSH port")
-    run.add_argument("--trainer", default=slurm_plan.DEFAULT_TRAINER)
+    run.add_argument("--trainer", default=None,
+                     help="the script the options after -- go to (HVT_TRAINER; default "
+                          f"{slurm_plan.DEFAULT_TRAINER}); or give a command after --")
     run.add_argument("--resume", action="store_true",
                      help="start from the trainer's last checkpoint")
     run.add_argument("--preflight", action="store_true",
@@ -209,6 +218,8 @@ def main() -> int:
                                    resume=args.resume, checkout=args.checkout,
                                    interfaces=args.network_interface, num_proc=args.num_proc,
                                    preflight=args.preflight)
+    # A command that cannot run, or --resume for a script that does not take it: one line.
+    slurm_plan.with_resume(slurm_plan.job_program(trainer_args, settings), settings, 0)
     if submitit is None:
         raise UserError("submitit is not installed: pip install submitit "
                         "(scripts/setup.sh installs it)")

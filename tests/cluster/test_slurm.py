@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from checklists import as_run_here, blocks
-from conftest import BIN, REPO, firewall_on_b, interface_renamed
+from conftest import BIN, REPO, firewall_on_b, interface_renamed, require_framework
 from entry_faults import BAD_TRAINER_OPTION, NETWORK_LOCAL, NETWORK_MISSING, SSH_REFUSED_ON_B
 
 from horovod_train.core.errors import RunFailed, UserError
@@ -137,7 +137,7 @@ def test_srun_plan_checks_the_options_probes_the_network_then_starts_a_rank_per_
                           "--check-options"]
     assert plan.probe == PROBE
     assert plan.main == ["srun", "--mpi=pmix", "--kill-on-bad-exit=1", "--ntasks=4",
-                         PYTHON, *trainer]
+                         PYTHON, "-m", "horovod_train.core.rank_script", *trainer]
     assert plan.cwd == str(REPO) and plan.sshd is None
 
 
@@ -181,39 +181,40 @@ def test_resume_is_added_when_asked_and_after_a_requeue():
 
 def test_srun_in_apptainer_runs_each_rank_in_the_image_without_sshd():
     settings = slurm_plan.make_settings(runtime="apptainer", image="/images/horovod-train.sif",
-                                   mounts="/scratch/mnist:/data:ro", checkout="/srv/checkout")
+                                   mounts="/scratch/mnist:/data:ro", checkout=REPO)
     plan = slurm_plan.make_plan(allocation(), settings, ["--data-dir", "/data"])
     container = ["apptainer", "exec", "--nv", "--pwd", "/workspace",
-                 "--bind", "/srv/checkout:/workspace", "--bind", "/scratch/mnist:/data:ro",
-                 "/images/horovod-train.sif", "/opt/venv/bin/python",
-                 "horovod_train/pytorch_mnist.py", "--data-dir", "/data"]
+                 "--bind", f"{REPO}:/workspace", "--bind", "/scratch/mnist:/data:ro",
+                 "/images/horovod-train.sif", "/opt/venv/bin/python"]
+    trainer = ["horovod_train/pytorch_mnist.py", "--data-dir", "/data"]
     assert plan.main == ["srun", "--mpi=pmix", "--kill-on-bad-exit=1", "--ntasks=4",
-                         *container]
+                         *container, "-m", "horovod_train.core.rank_script", *trainer]
     assert plan.check == ["srun", "--nodes=1", "--ntasks=1", "--mpi=none", *container,
-                          "--check-options"]
+                          *trainer, "--check-options"]
     assert plan.cwd is None and plan.sshd is None
-    assert plan.probe == probe_step("/srv/checkout")
+    assert plan.probe == probe_step(REPO)
 
 
 def test_srun_in_pyxis_gives_srun_the_container_options():
     settings = slurm_plan.make_settings(runtime="pyxis", image="nvcr.io#org/horovod-train:cpu",
-                                   mounts="/scratch/runs:/runs", checkout="/srv/checkout")
+                                   mounts="/scratch/runs:/runs", checkout=REPO)
     plan = slurm_plan.make_plan(allocation(), settings, ["--log-dir", "/runs/x"])
     assert plan.main == ["srun", "--mpi=pmix", "--kill-on-bad-exit=1", "--ntasks=4",
                          "--container-image=nvcr.io#org/horovod-train:cpu",
-                         "--container-mounts=/srv/checkout:/workspace,/scratch/runs:/runs",
+                         f"--container-mounts={REPO}:/workspace,/scratch/runs:/runs",
                          "--container-workdir=/workspace", "/opt/venv/bin/python",
+                         "-m", "horovod_train.core.rank_script",
                          "horovod_train/pytorch_mnist.py", "--log-dir", "/runs/x"]
 
 
 def test_horovodrun_in_apptainer_starts_the_images_sshd_then_horovodrun_inside_it(keys):
     settings = slurm_plan.make_settings(launcher="horovodrun", runtime="apptainer",
                                    image="/images/horovod-train.sif", keys=str(keys),
-                                   mounts="/scratch/mnist:/data:ro", checkout="/srv/checkout")
+                                   mounts="/scratch/mnist:/data:ro", checkout=REPO)
     plan = slurm_plan.make_plan(allocation("a,b,c", "2(x3)"), settings, ["--data-dir", "/data"])
     container = ["apptainer", "exec", "--nv", "--fakeroot", "--writable-tmpfs",
                  "--pwd", "/workspace",
-                 "--bind", f"{keys}:/etc/horovod/keys:ro", "--bind", "/srv/checkout:/workspace",
+                 "--bind", f"{keys}:/etc/horovod/keys:ro", "--bind", f"{REPO}:/workspace",
                  "--bind", "/scratch/mnist:/data:ro",
                  "--env", "HVT_CLUSTER_HOSTS=a b c", "--env", "HVT_SSH_PORT=12345",
                  "/images/horovod-train.sif", "/usr/local/bin/entrypoint.sh"]
@@ -229,10 +230,10 @@ def test_horovodrun_in_pyxis_uses_srun_container_options(keys):
     settings = slurm_plan.make_settings(launcher="horovodrun", runtime="pyxis",
                                    image="nvcr.io#org/horovod-train:cpu", keys=str(keys),
                                    mounts="/scratch/runs:/runs", ssh_port=2222,
-                                   checkout="/srv/checkout")
+                                   checkout=REPO)
     plan = slurm_plan.make_plan(allocation(), settings, ["--log-dir", "/runs/x"])
     container = ["--container-image=nvcr.io#org/horovod-train:cpu",
-                 f"--container-mounts={keys}:/etc/horovod/keys:ro,/srv/checkout:/workspace,"
+                 f"--container-mounts={keys}:/etc/horovod/keys:ro,{REPO}:/workspace,"
                  "/scratch/runs:/runs",
                  "--container-workdir=/workspace", "--container-remap-root",
                  "--container-writable", "--export=ALL,HVT_CLUSTER_HOSTS=a b,HVT_SSH_PORT=2222",
@@ -729,6 +730,43 @@ def test_a_job_trains_inside_the_port_range_a_firewall_opens(
     # Slurm's PMIx through slurmd gives MPI_Init none across nodes.
     barrier = summary["settings"].get("HVT_START_BARRIER", {}).get("value")
     assert barrier == (f"{decoy_cluster['hosts']['a']}:50200" if launcher == "srun" else None)
+
+
+# Users' own scripts: PyTorch (named as the trainer), and Keras fit on Keras 3.
+USER_SCRIPTS = {"srun": "tests/user_scripts/pytorch_mnist.py",
+                "horovodrun": "tests/user_scripts/tensorflow2_keras_mnist.py"}
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("launcher", ["srun", "horovodrun"])
+def test_a_users_script_is_the_job_with_its_own_options(
+        local_slurm, decoy_cluster, small_mnist_dir, tmp_path, launcher):
+    """A user's Horovod script as the whole job, run as it is (its options
+    are none of the trainer's, so an option check would have ended it):
+    a PyTorch one under srun from the command form, in a port range, each
+    rank past the start barrier before the script's first line
+    (core/rank_script.py); a Keras one under horovodrun named by
+    HVT_TRAINER."""
+    out = tmp_path / "run.json"
+    script_args = ["--data-dir", str(small_mnist_dir), "--epochs", "1", "--out", str(out)]
+    if launcher == "srun":
+        job_args = ["--", "python", USER_SCRIPTS[launcher], *script_args]
+        variables = {"HVT_PORTS": "50000-50200"}
+    else:
+        require_framework("TensorFlow")
+        job_args = script_args
+        variables = {**OVER_SSH, "HVT_TRAINER": USER_SCRIPTS[launcher]}
+    job_id = local_slurm.sbatch(tmp_path, job_args, **variables)
+    final = local_slurm.wait(job_id, ENDED, timeout_s=180)
+    log = (tmp_path / f"horovod-{job_id}.out").read_text()
+    assert final["JobState"] == "COMPLETED" and final["ExitCode"] == "0:0", log[-3000:]
+    ran = json.loads(out.read_text())
+    assert ran["size"] == 4 and ran["hosts"] == {"a": 2, "b": 2}, ran
+    assert ran["same_weights"] is True and ran["argv"] == script_args
+    assert ran["mpi"] is (launcher == "srun")
+    assert ran["start_barrier"] == (f"{decoy_cluster['hosts']['a']}:50200"
+                                    if launcher == "srun" else None)
+    assert ("epoch 1: loss" if launcher == "srun" else "Epoch 1/1") in log, log[-3000:]
 
 
 @pytest.fixture
