@@ -111,6 +111,55 @@ def needs_image(item) -> str | None:
     return None
 
 
+# --- what each test costs --------------------------------------------------------
+# Every run records each test's wall time and how busy the cores were meanwhile
+# (this process's and its waited-for children's CPU time over the wall time of
+# every core): a test that mostly waits (on a timeout, a host, Slurm) shows a
+# low share, one that trains a high one. One JSON line a test in COSTS, and a
+# table a file at the end of the run.
+COSTS = REPO / "runs" / "test-costs.jsonl"
+CORES = len(os.sched_getaffinity(0))
+_costs: list[dict] = []
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process and of its children that ended and were waited for."""
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    started, cpu = time.monotonic(), cpu_seconds()
+    yield
+    wall = time.monotonic() - started
+    busy = (cpu_seconds() - cpu) / (wall * CORES) if wall > 0 else 0.0
+    _costs.append({"test": item.nodeid, "wall_s": round(wall, 2),
+                   "cores_busy": round(min(busy, 1.0), 2),
+                   "idle_core_s": round(max(0.0, wall * CORES * (1 - busy)), 1)})
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _costs:
+        return
+    COSTS.parent.mkdir(exist_ok=True)
+    with COSTS.open("w") as file:
+        file.writelines(json.dumps(cost) + "\n" for cost in _costs)
+    files: dict[str, list[dict]] = {}
+    for cost in _costs:
+        files.setdefault(cost["test"].split("::")[0], []).append(cost)
+    rows = sorted(((sum(c["wall_s"] for c in costs), name, costs)
+                   for name, costs in files.items()), reverse=True)
+    write = terminalreporter.write_line
+    write(f"test costs by file ({COSTS.relative_to(REPO)} has each test):")
+    write(f"{'wall s':>8} {'tests':>5} {'busy':>5} {'idle core-s':>11}  file")
+    for wall, name, costs in rows:
+        cpu = sum(c["wall_s"] * c["cores_busy"] for c in costs)
+        idle = sum(c["idle_core_s"] for c in costs)
+        write(f"{wall:8.1f} {len(costs):5d} {cpu / wall if wall else 0:5.0%} {idle:11.0f}  "
+              f"{name}")
+
+
 def pytest_addoption(parser):
     soak = parser.getgroup("soak", "tests/cluster/test_soak.py: the two-host command again "
                                    "and again")
