@@ -1,9 +1,11 @@
-"""Horovod's TensorFlow and Keras parts with Keras 3 variables: the cases
-of horovod#4290, run on every rank of a real horovodrun. Each rank starts
-from different weights; a case prints `CASE name ok` or fails the rank
-with what differed. Used by tests/parallel/test_keras3.py.
+"""Horovod's TensorFlow and Keras parts on Keras 3 and on tf-keras (Keras
+2, with TF_USE_LEGACY_KERAS=1): the cases of horovod#4290, run on every
+rank of a real horovodrun. Each rank starts from different weights; a case
+prints `CASE name ok` or fails the rank with what differed. Used by
+tests/parallel/test_keras.py.
 
-    horovodrun -np 2 -H localhost:2 --gloo python tests/keras3_cases.py
+    horovodrun -np 2 -H localhost:2 --gloo python tests/keras_cases.py
+    TF_USE_LEGACY_KERAS=1 horovodrun -np 2 -H localhost:2 --gloo python tests/keras_cases.py
 """
 
 import os
@@ -13,9 +15,24 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import horovod.tensorflow as hvd  # noqa: E402
 import horovod.tensorflow.keras as hvd_keras  # noqa: E402
-import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
+
+if os.environ.get("TF_USE_LEGACY_KERAS") == "1":
+    import tf_keras  # noqa: E402
+
+    keras = tf.keras  # tf-keras, as a Keras 2 script reaches it
+    KERAS_VERSION = tf_keras.__version__
+else:
+    import keras  # noqa: E402
+
+    KERAS_VERSION = keras.__version__
+
+
+def optimizer_variables(optimizer) -> list:
+    """A method in Keras 2, a property in Keras 3."""
+    variables = optimizer.variables
+    return variables() if callable(variables) else variables
 
 
 def model_of_rank(seed: int) -> keras.Model:
@@ -53,12 +70,12 @@ def broadcast_model_and_optimizer() -> None:
     optimizer = keras.optimizers.SGD(0.1, momentum=0.9)
     optimizer.build(model.trainable_variables)
     # Each rank's momentum slots hold something of its own before the broadcast.
-    for v in optimizer.variables:
+    for v in optimizer_variables(optimizer):
         v.assign(tf.fill(v.shape, tf.cast(hvd.rank() + 1, v.dtype)))
     hvd.broadcast_variables(model.variables, root_rank=0)
-    hvd.broadcast_variables(optimizer.variables, root_rank=0)
+    hvd.broadcast_variables(optimizer_variables(optimizer), root_rank=0)
     same_on_every_rank(model.variables, "model")
-    same_on_every_rank(optimizer.variables, "optimizer")
+    same_on_every_rank(optimizer_variables(optimizer), "optimizer")
 
 
 def gradient_tape_averages() -> None:
@@ -99,7 +116,7 @@ def fit_with_callbacks() -> None:
     # The broadcast and the averaged gradients keep the ranks in step (the
     # batch-norm statistics stay each rank's own: Horovod averages gradients).
     same_on_every_rank(model.trainable_variables, "fit model")
-    same_on_every_rank(optimizer.variables, "fit optimizer")
+    same_on_every_rank(optimizer_variables(optimizer), "fit optimizer")
     # MetricAverageCallback: the logs every rank saw are the same average.
     loss = np.array(history.history["loss"])
     same_on_every_rank([loss], "fit loss")
@@ -123,7 +140,7 @@ def main(names: list[str]) -> None:
     for name in names or CASES:
         CASES[name]()
         if hvd.rank() == 0:
-            print(f"CASE {name} ok (keras {keras.__version__}, tensorflow {tf.__version__})",
+            print(f"CASE {name} ok (keras {KERAS_VERSION}, tensorflow {tf.__version__})",
                   flush=True)
 
 
