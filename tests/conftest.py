@@ -112,31 +112,36 @@ def needs_image(item) -> str | None:
 
 
 # --- what each test costs --------------------------------------------------------
-# Every run records each test's wall time and how busy the cores were meanwhile
-# (this process's and its waited-for children's CPU time over the wall time of
-# every core): a test that mostly waits (on a timeout, a host, Slurm) shows a
-# low share, one that trains a high one. One JSON line a test in COSTS, and a
-# table a file at the end of the run.
+# Every run records each test's wall time and how busy the machine's cores
+# were meanwhile (/proc/stat: every process, Slurm's and the emulated hosts'
+# too, less the image builds that scripts/test.sh runs beside the tests at
+# the lowest priority, whose time the kernel counts as `nice`): a test that
+# mostly waits (on a timeout, a host, Slurm) shows a low share and idle
+# core-seconds, one that trains a high share. One JSON line a test in COSTS,
+# and a table a file at the end of the run.
 COSTS = REPO / "runs" / "test-costs.jsonl"
-CORES = len(os.sched_getaffinity(0))
+TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 _costs: list[dict] = []
 
 
-def cpu_seconds() -> float:
-    """CPU time of this process and of its children that ended and were waited for."""
-    times = os.times()
-    return times.user + times.system + times.children_user + times.children_system
+def cpu_ticks() -> tuple[int, int, int]:
+    """The machine's CPU time since boot, in ticks: (busy, idle, all)."""
+    with open("/proc/stat") as stat:
+        user, nice, system, idle, iowait, irq, softirq, steal = map(
+            int, stat.readline().split()[1:9])
+    return user + system + irq + softirq, idle + iowait, \
+        user + nice + system + idle + iowait + irq + softirq + steal
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    started, cpu = time.monotonic(), cpu_seconds()
+    started, before = time.monotonic(), cpu_ticks()
     yield
     wall = time.monotonic() - started
-    busy = (cpu_seconds() - cpu) / (wall * CORES) if wall > 0 else 0.0
+    busy, idle, total = (after - first for after, first in zip(cpu_ticks(), before, strict=True))
     _costs.append({"test": item.nodeid, "wall_s": round(wall, 2),
-                   "cores_busy": round(min(busy, 1.0), 2),
-                   "idle_core_s": round(max(0.0, wall * CORES * (1 - busy)), 1)})
+                   "cores_busy": round(busy / total, 2) if total else 0.0,
+                   "idle_core_s": round(idle / TICKS_PER_S, 1)})
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -154,7 +159,7 @@ def pytest_terminal_summary(terminalreporter):
     write(f"test costs by file ({COSTS.relative_to(REPO)} has each test):")
     write(f"{'wall s':>8} {'tests':>5} {'busy':>5} {'idle core-s':>11}  file")
     for wall, name, costs in rows:
-        cpu = sum(c["wall_s"] * c["cores_busy"] for c in costs)
+        cpu = sum(c["wall_s"] * c["cores_busy"] for c in costs)  # busy share, weighted
         idle = sum(c["idle_core_s"] for c in costs)
         write(f"{wall:8.1f} {len(costs):5d} {cpu / wall if wall else 0:5.0%} {idle:11.0f}  "
               f"{name}")
