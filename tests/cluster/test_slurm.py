@@ -463,12 +463,14 @@ class LocalSlurm:
         raise AssertionError(f"job {job_id} not {states} within {timeout_s:.0f} s: "
                              f"{self.job(job_id).get('JobState')}")
 
-    def sbatch(self, log_dir: Path, trainer_args: list[str], **variables: str) -> str:
-        """sbatch scripts/slurm/horovod.sbatch from the checkout, the job's log in
-        log_dir; returns the job id."""
+    def sbatch(self, log_dir: Path, trainer_args: list[str], sbatch_options: tuple = (),
+               **variables: str) -> str:
+        """sbatch [SBATCH_OPTIONS] scripts/slurm/horovod.sbatch from the
+        checkout, the job's log in log_dir; returns the job id."""
         env = "".join(f",{name}={value}" for name, value in variables.items())
         result = subprocess.run(["sbatch", "--parsable", f"--output={log_dir}/horovod-%j.out",
-                                 f"--export=ALL{env}", str(SBATCH_SCRIPT), *trainer_args],
+                                 f"--export=ALL{env}", *sbatch_options, str(SBATCH_SCRIPT),
+                                 *trainer_args],
                                 cwd=REPO, capture_output=True, text=True, env=self.env,
                                 timeout=60)
         assert result.returncode == 0, result.stderr
@@ -756,17 +758,18 @@ def test_a_users_script_is_the_job_with_its_own_options(
         require_framework("TensorFlow")
         job_args = script_args
         variables = {**OVER_SSH, "HVT_TRAINER": USER_SCRIPTS[launcher]}
-    job_id = local_slurm.sbatch(tmp_path, job_args, **variables)
+    # A rank on each node: the start barrier is across nodes, at half the cost.
+    job_id = local_slurm.sbatch(tmp_path, job_args, ("--ntasks-per-node=1",), **variables)
     final = local_slurm.wait(job_id, ENDED, timeout_s=180)
     log = (tmp_path / f"horovod-{job_id}.out").read_text()
     assert final["JobState"] == "COMPLETED" and final["ExitCode"] == "0:0", log[-3000:]
     ran = json.loads(out.read_text())
-    assert ran["size"] == 4 and ran["hosts"] == {"a": 2, "b": 2}, ran
+    assert ran["size"] == 2 and ran["hosts"] == {"a": 1, "b": 1}, ran
     assert ran["same_weights"] is True and ran["argv"] == script_args
     assert ran["mpi"] is (launcher == "srun")
     assert ran["start_barrier"] == (f"{decoy_cluster['hosts']['a']}:50200"
                                     if launcher == "srun" else None)
-    assert ("epoch 1: loss" if launcher == "srun" else "Epoch 1/1") in log, log[-3000:]
+    assert ("epoch 1: loss" if launcher == "srun" else " - loss: ") in log, log[-3000:]
 
 
 @pytest.fixture

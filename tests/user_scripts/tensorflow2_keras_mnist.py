@@ -59,7 +59,7 @@ hosts = hvd_tf.allgather_object(socket.gethostname())
 if hvd.rank() == 0 and args.out:
     with open(args.out, "w") as file:
         json.dump({"size": hvd.size(), "hosts": {h: hosts.count(h) for h in sorted(set(hosts))},
-                   "losses": history.history["loss"],
+                   "losses": [float(loss) for loss in history.history["loss"]],
                    "same_weights": bool((checksums == checksums[0]).all()),
                    "argv": sys.argv[1:], "mpi": hvd_tf.mpi_enabled(),
                    "start_barrier": os.environ.get("HVT_START_BARRIER")}, file)
