@@ -9,7 +9,8 @@ still can). Each Python of lock.PYTHONS is resolved on its own, with the
 frameworks lock.FRAMEWORK_PYTHONS gives it; a package whose version differs
 between them gets a python_version marker. The lock's sections follow the
 requirement groups that bring their packages in; the CUDA compiler's pins
-are those of the cuda-toolkit release torch's pins name. The header (the
+are those of the cuda-toolkit release torch's pins name, and tf-keras's is
+TensorFlow's release (setup.sh installs it without its dependencies). The header (the
 lines before the first pin) is kept as written; the CUDA 12 variant
 (constraints-cuda12.txt) is left alone: it holds torch's last CUDA 12
 release. Needs uv (setup.sh puts it in the venv) and the package index.
@@ -41,6 +42,7 @@ SECTIONS = [
     ("test and lint tools (kubernetes-validate and jsonschema check the\n"
      "# Kubernetes manifest, docker/k8s/)", ["test", "slurm"], []),
 ]
+KERAS_2 = "tf-keras"
 NVCC_TITLE = ("CUDA compiler for Horovod's NCCL build (build_horovod.py installs it apart\n"
               "# from the venv, as cuda-toolkit[nvcc] with torch's CCCL): the toolkit\n"
               "# torch's own cuda-toolkit pin above names, so Horovod compiles against\n"
@@ -184,6 +186,11 @@ def refresh(old_text: str, upgrade: list[str] | None) -> tuple[str, list[str]]:
         for name, version in pins.items():
             sections[section_of.get(name, len(SECTIONS) - 1)].setdefault(name, {})[python] \
                 = version
+    # tf-keras (Keras 2 scripts' tf.keras) is installed without its dependencies,
+    # which name the `tensorflow` package: pinned, not resolved, at TensorFlow's release.
+    for python, pins in resolved.items():
+        if "tensorflow-cpu" in pins:
+            sections[0].setdefault(KERAS_2, {})[python] = pins["tensorflow-cpu"]
     toolkit = resolved[PYTHONS[0]].get("cuda-toolkit")
     nvcc: dict[str, dict[str, str]] = {}
     if toolkit:

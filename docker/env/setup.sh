@@ -246,12 +246,12 @@ echo "setup.sh: installing pinned Python packages (${groups[*]} mpi, CUDA $cuda)
 uv_install "${requirements[@]}"
 if [[ " ${wanted[*]} " == *" tensorflow "* ]]; then
   # Keras 2 scripts run on tf-keras beside Keras 3 (TF_USE_LEGACY_KERAS=1 makes
-  # it tf.keras): the release of the lock's TensorFlow, without its
+  # it tf.keras): the lock's pin (the release of its TensorFlow), without its
   # dependencies, which name the `tensorflow` package and would install it
   # over tensorflow-cpu.
-  tf_release=$(sed -n 's/^tensorflow-cpu==\([0-9.]*\).*/\1/p' "$lock" | head -n 1)
-  [[ -n "$tf_release" ]] || die "the lock $lock pins no tensorflow-cpu"
-  uv_install --no-deps "tf-keras==$tf_release"
+  keras2=$(grep -m 1 -E '^tf-keras==' "$lock" | cut -d';' -f1)
+  [[ -n "$keras2" ]] || die "the lock $lock pins no tf-keras"
+  uv_install --no-deps "$keras2"
 fi
 echo "$cuda" > "$venv/horovod-cuda"
 # Fixes no release will carry (MXNet is retired), before anything imports it.

@@ -69,3 +69,10 @@ def test_every_framework_group_has_its_pythons():
     assert set(lock.FRAMEWORK_PYTHONS) <= sections
     for group in sections:
         assert (refresh_lock.REQUIREMENTS / f"{group}.txt").is_file(), group
+
+
+def test_tf_keras_is_pinned_at_the_release_of_tensorflow_on_every_python_that_has_it():
+    """setup.sh installs the lock's tf-keras without its dependencies: its
+    release must be TensorFlow's, or `import tf_keras` meets another TF."""
+    pins = refresh_lock.current_pins(lock.LOCK.read_text())
+    assert pins[refresh_lock.KERAS_2] == pins["tensorflow-cpu"]
