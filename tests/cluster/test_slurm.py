@@ -767,8 +767,8 @@ def test_a_users_script_is_the_job_with_its_own_options(
     assert ran["size"] == 2 and ran["hosts"] == {"a": 1, "b": 1}, ran
     assert ran["same_weights"] is True and ran["argv"] == script_args
     assert ran["mpi"] is (launcher == "srun")
-    assert ran["start_barrier"] == (f"{decoy_cluster['hosts']['a']}:50200"
-                                    if launcher == "srun" else None)
+    assert ran["launcher_settings"].get("HVT_START_BARRIER") == (
+        f"{decoy_cluster['hosts']['a']}:50200" if launcher == "srun" else None)
     assert ("epoch 1: loss" if launcher == "srun" else " - loss: ") in log, log[-3000:]
 
 

@@ -2,7 +2,8 @@
 example: torchvision's MNIST, a DistributedSampler, hvd.DistributedOptimizer,
 rank 0 writes. Written for the tests, and named as the project's trainer on
 purpose (a user's first script often is); nothing of the platform in it.
-With --out, rank 0 writes what the run did there as JSON."""
+With --out, rank 0 writes what the run did there as JSON, with the HVT_
+settings its launcher handed it."""
 
 import argparse
 import json
@@ -59,4 +60,6 @@ if hvd.rank() == 0 and args.out:
         json.dump({"size": hvd.size(), "hosts": {h: hosts.count(h) for h in sorted(set(hosts))},
                    "losses": losses, "same_weights": bool((checksums == checksums[0]).all()),
                    "argv": sys.argv[1:], "mpi": hvd.mpi_enabled(),
-                   "start_barrier": os.environ.get("HVT_START_BARRIER")}, file)
+                   # What the launcher handed the rank, for the test's eyes.
+                   "launcher_settings": {name: value for name, value in os.environ.items()
+                                         if name.startswith("HVT_")}}, file)

@@ -3,7 +3,8 @@ tensorflow2_keras_mnist example, written in Keras 3 form: each rank's share
 of the digits, hvd.DistributedOptimizer, model.fit with Horovod's broadcast
 and metric-average callbacks. Written for the tests (it reads MNIST's files
 from --data-dir: keras.datasets would download them); nothing of the
-platform in it. With --out, rank 0 writes what the run did there as JSON."""
+platform in it. With --out, rank 0 writes what the run did there as JSON,
+with the HVT_ settings its launcher handed it."""
 
 import argparse
 import json
@@ -62,4 +63,6 @@ if hvd.rank() == 0 and args.out:
                    "losses": [float(loss) for loss in history.history["loss"]],
                    "same_weights": bool((checksums == checksums[0]).all()),
                    "argv": sys.argv[1:], "mpi": hvd_tf.mpi_enabled(),
-                   "start_barrier": os.environ.get("HVT_START_BARRIER")}, file)
+                   # What the launcher handed the rank, for the test's eyes.
+                   "launcher_settings": {name: value for name, value in os.environ.items()
+                                         if name.startswith("HVT_")}}, file)
