@@ -7,7 +7,7 @@ set -euo pipefail
 case "${1:-}" in
   -h|--help)
     cat <<'USAGE'
-Usage: scripts/setup.sh [--frameworks LIST] [--gpu-ops auto|nccl|none] [--cuda-archs LIST] [--cuda 13|12] [--venv DIR] [--no-apt]
+Usage: scripts/setup.sh [--frameworks LIST] [--gpu-ops auto|nccl|none] [--cuda-archs LIST] [--cuda 13|12] [--keras 3|2] [--venv DIR] [--no-apt]
 
 Runs docker/env/setup.sh --venv .venv --dev --editable . with these options
 (see docker/env/setup.sh --help); --venv DIR replaces .venv.

@@ -9,8 +9,8 @@ set -euo pipefail
 usage() {
   cat <<'EOF'
 Usage: docker/env/setup.sh --venv DIR [--frameworks LIST] [--gpu-ops auto|nccl|none]
-                           [--cuda-archs LIST] [--cuda 13|12] [--dev] [--editable PROJECT]
-                           [--no-apt]
+                           [--cuda-archs LIST] [--cuda 13|12] [--keras 3|2] [--dev]
+                           [--editable PROJECT] [--no-apt]
                            [--no-horovod] [--check-options]
 
   --venv DIR         virtual environment to create or update
@@ -26,6 +26,9 @@ Usage: docker/env/setup.sh --venv DIR [--frameworks LIST] [--gpu-ops auto|nccl|n
                      before R580 (torch 2.10, constraints-cuda12.txt); default: what
                      this venv has, else what the NVIDIA driver runs (12 before
                      R580; before R525 setup stops), else 13
+  --keras 3|2        tf.keras: 3, TensorFlow's own, or 2, tf-keras, for Keras 2
+                     scripts (TF_USE_LEGACY_KERAS=1 in every process of the venv;
+                     needs tensorflow); default: what this venv has, else 3
   --dev              add the test and lint tools
   --editable PROJECT install that project into the venv, editable, without its dependencies
   --no-apt           do not install system packages; fail if they are missing
@@ -48,6 +51,7 @@ frameworks=""
 gpu_ops=""
 cuda_archs=torch
 cuda=""
+keras=""
 venv=""
 dev=0
 editable=""
@@ -60,6 +64,7 @@ while [[ $# -gt 0 ]]; do
     --gpu-ops) gpu_ops="${2:?--gpu-ops needs a value}"; shift 2 ;;
     --cuda-archs) cuda_archs="${2:?--cuda-archs needs a value}"; shift 2 ;;
     --cuda) cuda="${2:?--cuda needs a value}"; shift 2 ;;
+    --keras) keras="${2:?--keras needs a value}"; shift 2 ;;
     --venv) venv="${2:?--venv needs a value}"; shift 2 ;;
     --dev) dev=1; shift ;;
     --editable) editable="${2:?--editable needs a value}"; shift 2 ;;
@@ -102,6 +107,14 @@ done
 [[ "$cuda_archs" == torch || "$cuda_archs" =~ ^[1-9][0-9]{1,2}[a-z]?(,[1-9][0-9]{1,2}[a-z]?)*$ ]] \
   || die "--cuda-archs: '$cuda_archs'; it takes compute capabilities like 80,90, or torch"
 [[ "$cuda" =~ ^(13|12)$ ]] || die "--cuda: '$cuda'; it takes 13 or 12"
+# Keras 2 is TensorFlow's; a venv that drops TensorFlow drops it too.
+if [[ -z "$keras" ]]; then
+  keras=3
+  [[ " ${wanted[*]} " == *" tensorflow "* ]] && keras=$(cat "$venv/horovod-keras" 2>/dev/null || echo 3)
+fi
+[[ "$keras" =~ ^(3|2)$ ]] || die "--keras: '$keras'; it takes 3 or 2"
+[[ "$keras" == 3 || " ${wanted[*]} " == *" tensorflow "* ]] \
+  || die "--keras 2 is tf.keras of TensorFlow: add tensorflow to --frameworks (got $frameworks)"
 if [[ "$gpu_ops" == auto ]]; then
   gpu_ops=none
   nvidia-smi -L 2>/dev/null | grep -q '^GPU' && gpu_ops=nccl
@@ -278,4 +291,7 @@ HVT_PYTHON="$venv/bin/python" "$here/build_horovod.sh" --python "$venv/bin/pytho
 wait_for_mpi4py
 echo "$frameworks" > "$venv/horovod-frameworks"
 echo "$gpu_ops" > "$venv/horovod-gpu-ops"
+"$venv/bin/python" "$here/keras_choice.py" --python "$venv/bin/python" --keras "$keras" \
+  || die "choosing Keras $keras failed (its message above)"
+echo "$keras" > "$venv/horovod-keras"
 echo "setup.sh: done in $((SECONDS - started)) s"

@@ -235,7 +235,7 @@ def environment_build(args, engine: str) -> tuple[list[str], Path]:
     """docker/Dockerfile's build, and its context: docker/."""
     podman = engine == "podman"
     command = [engine, "build", "-t", args.tag, "--build-arg", f"DEVICE={args.device}",
-               "--build-arg", f"CUDA={args.cuda}"]
+               "--build-arg", f"CUDA={args.cuda}", "--build-arg", f"KERAS={args.keras}"]
     base = args.base_image or (debian_base(engine) if podman else None)
     if base:
         command += ["--build-arg", f"BASE_IMAGE={base}"]
@@ -303,6 +303,9 @@ def main(argv: list[str]) -> int:
                         help="torch's CUDA major in the GPU image: 13, or 12 for drivers "
                              "before R580 (default tag localhost/horovod-train:gpu-cuda12); "
                              "default: what this host's NVIDIA driver runs, else 13")
+    parser.add_argument("--keras", choices=["3", "2"], default="3",
+                        help="tf.keras in the CPU image: 3, TensorFlow's own, or 2, tf-keras, "
+                             "for Keras 2 scripts (default tag localhost/horovod-train:cpu-keras2)")
     parser.add_argument("--app", action="store_true",
                         help="the image that carries the code (docker/app.Dockerfile, context: "
                              "the repository root) on top of the GPU image "
@@ -326,12 +329,16 @@ def main(argv: list[str]) -> int:
             else build_horovod.CUDA_MAJORS[0]
     if args.cuda != build_horovod.CUDA_MAJORS[0] and (args.app or args.device != "gpu"):
         parser.error(f"--cuda {args.cuda} is for the GPU image (--device gpu)")
+    if args.keras == "2" and (args.app or args.device != "cpu"):
+        parser.error("--keras 2 is for the CPU image (--device cpu), the one with TensorFlow")
     if args.wheelhouse_only:
         print(wheelhouse(args.python, args.cuda))
         return 0
     default_tag = "app" if args.app else args.device
     if args.cuda != build_horovod.CUDA_MAJORS[0]:
         default_tag += f"-cuda{args.cuda}"
+    if args.keras == "2":
+        default_tag += "-keras2"
     args.tag = args.tag or f"localhost/horovod-train:{default_tag}"
     build(args)
     return 0

@@ -9,23 +9,44 @@ tape ("'Variable' object has no attribute 'ref'"), fit with the callbacks
 Keras 3 patch once failed hvd.DistributedOptimizer ("module
 'tf_keras.api._v2.keras' has no attribute '__version__'")."""
 
+import importlib.util
 import os
 import subprocess
+import sys
 
 import pytest
 from conftest import BIN, REPO, require_framework
 
 pytestmark = pytest.mark.slow
 
+SPEC = importlib.util.spec_from_file_location("keras_choice", REPO / "docker" / "env" / "keras_choice.py")
+keras_choice = importlib.util.module_from_spec(SPEC)
+SPEC.loader.exec_module(keras_choice)
 
-@pytest.mark.parametrize("keras, legacy", [("3.", "0"), ("2.", "1")], ids=["keras-3", "tf-keras"])
-def test_broadcast_gradient_tape_and_fit_with_the_callbacks(keras, legacy):
+
+def keras_2_python(tmp_path) -> str:
+    """An interpreter of a venv set up with --keras 2: a new venv whose
+    packages are this one's (a path line), with keras_choice.py's line."""
+    venv = tmp_path / "keras-2"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
+                   timeout=60)
+    python = str(venv / "bin" / "python")
+    hook = keras_choice.choose(python, "2")
+    (hook.parent / "tests-packages-of-the-test-venv.pth").write_text(
+        "".join(f"{p}\n" for p in sys.path if p.endswith("site-packages")))
+    return python
+
+
+@pytest.mark.parametrize("keras", ["3.", "2."], ids=["keras-3", "tf-keras"])
+def test_broadcast_gradient_tape_and_fit_with_the_callbacks(tmp_path, keras):
+    """tf-keras: in a venv of setup.sh --keras 2, no variable handed on."""
     require_framework("TensorFlow")
+    python = str(BIN / "python") if keras == "3." else keras_2_python(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
     result = subprocess.run(
         [str(BIN / "horovodrun"), "-np", "2", "-H", "localhost:2", "--gloo",
-         str(BIN / "python"), "tests/keras_cases.py"],
-        cwd=REPO, env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}",
-                       "TF_USE_LEGACY_KERAS": legacy},
+         python, "tests/keras_cases.py"],
+        cwd=REPO, env={**env, "PATH": f"{BIN}:{os.environ['PATH']}"},
         capture_output=True, text=True, timeout=300)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
