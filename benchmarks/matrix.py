@@ -5,7 +5,11 @@ scaling.csv, scaling.md and scaling.png.
 
 A layout NxG is N nodes with G ranks (GPUs) each. Every run has the same
 batch per rank (weak scaling), a fixed number of warm-up and timed steps and
-is repeated; a layout's figure is the median of its repeats. A layout that
+is repeated; a layout's figure is the median of its repeats. The workload is
+the project's trainer (MNIST or synthetic images), or your own command
+(--command), run by horovodrun on each layout as it is; its figure is the
+throughput it prints, read by --throughput-pattern (by default the line of
+Horovod's synthetic benchmarks, "Total img/sec on 4 GPU(s): 1234.5"). A layout that
 fails (no hostfile, too few slots, host unreachable, the run's own error)
 gets its one-line reason in the tables; the other layouts still run.
 """
@@ -30,6 +34,7 @@ from benchmarks.machine import machine_record
 from horovod_train.core import runtime
 from horovod_train.core.errors import ArgumentParser, RunFailed, UserError, run_main
 from horovod_train.launch.hosts import Host, host_list, is_local, read_hostfile
+from horovod_train.launch.pipeline import is_python
 from horovod_train.torch import options as torch_options
 from horovod_train.torch.model_names import MNIST_MODELS
 
@@ -37,6 +42,12 @@ EMULATE = CHECKOUT / "scripts" / "emulate_cluster.sh"
 TRAINER = CHECKOUT / "horovod_train" / "pytorch_mnist.py"
 DDP = CHECKOUT / "benchmarks" / "ddp_benchmark.py"
 SCHEMA_VERSION = 1
+# The line Horovod's synthetic benchmarks end with: the whole job's images/s.
+HOROVOD_BENCHMARK_LINE = r"Total img/sec on \d+ \S+: ([0-9.]+)"
+# The options that shape the project's trainer's runs: --command runs a
+# command as it is, so none of them applies to it.
+TRAINER_OPTIONS = ("workload", "model", "image_size", "memory_format", "amp", "batch_size",
+                   "warmup_steps", "steps", "data_dir", "no_cuda", "threads", "fp16_allreduce")
 LAYOUT = re.compile(r"^(\d+)x(\d+)$")
 
 
@@ -57,7 +68,7 @@ def parse_layouts(text: str) -> tuple[tuple[int, int], ...]:
 @dataclass(frozen=True)
 class Workload:
     """What every run trains, the same for both launchers' trainers."""
-    kind: str  # "mnist" (from data_dir) or "synthetic" images
+    kind: str  # "mnist" (from data_dir), "synthetic" images, or "command" (yours)
     model: str
     image_size: int  # of the synthetic images; MNIST's are 28
     memory_format: str
@@ -68,6 +79,8 @@ class Workload:
     data_dir: Path
     cpu_only: bool  # --no-cuda
     threads: int | None  # per rank; None leaves the trainers' choice
+    command: tuple[str, ...] = ()  # kind "command": what horovodrun runs on every rank
+    throughput_pattern: str = HOROVOD_BENCHMARK_LINE  # its first group: the job's figure
 
 
 @dataclass(frozen=True)
@@ -188,6 +201,8 @@ def controller(settings: MatrixSettings, nodes: int) -> str | None:
     gradients either way."""
     if settings.horovod.controller != "auto":
         return settings.horovod.controller
+    if settings.workload.kind == "command":
+        return None  # nothing is known of its gradients
     bandwidth_bound = settings.workload.model not in MNIST_MODELS
     return "gloo" if settings.device == "cpu" and nodes > 1 and bandwidth_bound else None
 
@@ -208,10 +223,33 @@ def horovod_command(settings: MatrixSettings, hosts: list[str], per_node: int,
         command += ["--fusion-threshold-mb", str(tuning.fusion_threshold_mb)]
     if tuning.cycle_time_ms is not None:
         command += ["--cycle-time-ms", str(tuning.cycle_time_ms)]
+    if settings.workload.kind == "command":
+        return [command + user_command(settings.workload.command)]
     command += [sys.executable, str(TRAINER), *workload_args(settings.workload, run_dir)]
     if tuning.fp16_allreduce:
         command.append("--fp16-allreduce")
     return [command]
+
+
+def user_command(argv: tuple[str, ...]) -> list[str]:
+    """--command as horovodrun runs it: a bare python is this environment's
+    (the venv's, or the image's), as in the Slurm job."""
+    first = argv[0]
+    return [sys.executable if "/" not in first and is_python(first) else first, *argv[1:]]
+
+
+def command_throughput(log_path: Path, pattern: str) -> float:
+    """The figure of a --command run: the first group of the last line of
+    its output that the pattern matches."""
+    found = re.findall(pattern, log_path.read_text(errors="replace"))
+    if not found:
+        raise RunFailed(f"its output has no line matching --throughput-pattern {pattern!r}")
+    last = found[-1][0] if isinstance(found[-1], tuple) else found[-1]
+    try:
+        return float(last)
+    except ValueError:
+        raise RunFailed(f"--throughput-pattern {pattern!r} matched {last!r}, not a number") \
+            from None
 
 
 def ddp_commands(settings: MatrixSettings, hosts: list[str], per_node: int, run_dir: Path,
@@ -341,6 +379,16 @@ def run_once(settings: MatrixSettings, launcher: str, hosts: list[str], per_node
             cleanup_remote(settings.cluster, hosts, run_dir)
         run["reason"] = f"{failure}: {error_line(log_path)}"
         return run
+    if settings.workload.kind == "command":
+        try:
+            rate = command_throughput(log_path, settings.workload.throughput_pattern)
+        except RunFailed as err:
+            run["reason"] = str(err)
+            return run
+        run.update(status="ok", per_rank=None, images_per_sec=rate, step_time_s=None,
+                   allreduce_time_s=None, parameters=None, gradient_bytes=None, amp=None,
+                   device=settings.device, controller=controller(settings, len(hosts)))
+        return run
     try:
         record = json.loads((run_dir / "benchmark.json").read_text())
     except (OSError, ValueError) as err:
@@ -416,6 +464,16 @@ def settings_record(settings: MatrixSettings) -> dict:
     """The settings as results.json records them; parameters and
     gradient_bytes are filled in by the first run that reports them."""
     workload, tuning, cluster = settings.workload, settings.horovod, settings.cluster
+    if workload.kind == "command":
+        return {"workload": "command", "user_command": shlex.join(workload.command),
+                "throughput_pattern": workload.throughput_pattern,
+                "repeats": settings.repeats, "device": settings.device,
+                "launchers": list(settings.launchers), "controller": tuning.controller,
+                "fusion_threshold_mb": tuning.fusion_threshold_mb,
+                "cycle_time_ms": tuning.cycle_time_ms, "emulate": cluster.emulate,
+                "network": ({"rate": cluster.link_rate, "delay": cluster.link_delay}
+                            if cluster.shaped else None),
+                "parameters": None, "gradient_bytes": None}
     return {"workload": workload.kind, "model": workload.model,
             "memory_format": workload.memory_format,
             "image_size": workload.image_size if workload.kind == "synthetic" else 28,
@@ -476,8 +534,8 @@ def progress_line(run: dict) -> str:
     head = f"{run['layout']} {run['launcher']} #{run['repeat'] + 1}:"
     if run["status"] != "ok":
         return f"{head} FAILED: {run['reason']}"
-    return (f"{head} {run['images_per_sec']:.1f} images/s over {run['ranks']} ranks, "
-            f"step {run['step_time_s'] * 1e3:.1f} ms")
+    line = f"{head} {run['images_per_sec']:.1f} images/s over {run['ranks']} ranks"
+    return line if run["step_time_s"] is None else f"{line}, step {run['step_time_s'] * 1e3:.1f} ms"
 
 
 def parse_args(argv: list[str]) -> MatrixSettings:
@@ -490,8 +548,19 @@ def parse_args(argv: list[str]) -> MatrixSettings:
                         help="comma-separated node names (a layout uses the first N); "
                              "default: the layout's file under --hostfile-dir")
     parser.add_argument("--hostfile-dir", type=Path, default=CHECKOUT / "hostfiles")
-    parser.add_argument("--launchers", default="horovod,ddp",
-                        help="horovod, ddp (torchrun + DistributedDataParallel), or both")
+    parser.add_argument("--launchers", default=None,
+                        help="horovod, ddp (torchrun + DistributedDataParallel), or both "
+                             "(default: both; with --command, horovod)")
+    parser.add_argument("--command", default=None, metavar="'python my_bench.py ARGS'",
+                        help="your Horovod command as the workload, run by horovodrun on "
+                             "each layout as it is; its figure is the throughput it prints "
+                             "(--throughput-pattern); the trainer's workload options do "
+                             "not apply")
+    parser.add_argument("--throughput-pattern", default=None, metavar="REGEX",
+                        help="with --command: a regular expression whose first group, in the "
+                             "last line of the output it matches, is the job's throughput "
+                             "(default: Horovod's synthetic benchmarks' "
+                             "'Total img/sec on N GPU(s): X')")
     parser.add_argument("--workload", choices=["mnist", "synthetic"], default="mnist",
                         help="MNIST from --data-dir, or synthetic images (for resnet models)")
     parser.add_argument("--model", default=None,
@@ -540,9 +609,11 @@ def parse_args(argv: list[str]) -> MatrixSettings:
     parser.add_argument("--out-dir", type=Path, default=None,
                         help="default: runs/benchmarks/YYYYmmdd-HHMMSS")
     args = parser.parse_args(argv)
-    launchers = tuple(x.strip() for x in args.launchers.split(",") if x.strip())
+    launchers = tuple(x.strip() for x in (
+        args.launchers or ("horovod" if args.command else "horovod,ddp")).split(",") if x.strip())
     if not launchers or set(launchers) - {"horovod", "ddp"}:
         parser.error(f"--launchers {','.join(launchers)}: choose from horovod, ddp")
+    command = check_command(parser, args, launchers)
     for name in ("batch_size", "steps", "repeats", "image_size"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
@@ -569,11 +640,13 @@ def parse_args(argv: list[str]) -> MatrixSettings:
         out_dir=out_dir.resolve(),
         device="cuda" if gpus and not args.no_cuda else "cpu", gpus=gpus,
         workload=Workload(
-            kind=args.workload,
+            kind="command" if command else args.workload,
             model=args.model or ("resnet50" if args.workload == "synthetic" else "mnist_cnn"),
             image_size=args.image_size, memory_format=args.memory_format, amp=args.amp,
             batch_per_rank=args.batch_size, warmup_steps=args.warmup_steps, steps=args.steps,
-            data_dir=args.data_dir.resolve(), cpu_only=args.no_cuda, threads=args.threads),
+            data_dir=args.data_dir.resolve(), cpu_only=args.no_cuda, threads=args.threads,
+            command=command,
+            throughput_pattern=args.throughput_pattern or HOROVOD_BENCHMARK_LINE),
         horovod=HorovodTuning(
             controller=args.controller, fp16_allreduce=args.fp16_allreduce,
             fusion_threshold_mb=args.fusion_threshold_mb, cycle_time_ms=args.cycle_time_ms),
@@ -581,6 +654,36 @@ def parse_args(argv: list[str]) -> MatrixSettings:
             hosts=tuple(h.strip() for h in args.hosts.split(",")) if args.hosts else None,
             hostfile_dir=args.hostfile_dir, ssh_port=args.ssh_port, emulate=args.emulate,
             link_rate=args.link_rate, link_delay=args.link_delay))
+
+
+def check_command(parser, args, launchers: tuple[str, ...]) -> tuple[str, ...]:
+    """--command split into words, and its clashes: it runs under horovodrun
+    alone, as it is (none of the trainer's workload options), and
+    --throughput-pattern is a regular expression with a group."""
+    if args.command is None:
+        if args.throughput_pattern is not None:
+            parser.error("--throughput-pattern reads --command's output: add --command")
+        return ()
+    try:
+        command = tuple(shlex.split(args.command))
+    except ValueError as err:
+        parser.error(f"--command: {err}")
+    if not command:
+        parser.error("--command is empty")
+    if launchers != ("horovod",):
+        parser.error("--command runs under horovodrun: --launchers horovod")
+    given = [name for name in TRAINER_OPTIONS if getattr(args, name) != parser.get_default(name)]
+    if given:
+        parser.error(f"--{given[0].replace('_', '-')} shapes the trainer's runs; --command runs "
+                     "your command as it is (put its options in it)")
+    pattern = args.throughput_pattern or HOROVOD_BENCHMARK_LINE
+    try:
+        groups = re.compile(pattern).groups
+    except re.error as err:
+        parser.error(f"--throughput-pattern {pattern!r}: {err}")
+    if groups < 1:
+        parser.error(f"--throughput-pattern {pattern!r} has no group: put the figure in (...)")
+    return command
 
 
 def cuda_devices() -> int:

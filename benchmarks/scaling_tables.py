@@ -69,10 +69,12 @@ def summarize(runs: list[dict], layouts: list[tuple[int, int]], launchers: list[
             rate = statistics.median(rates)
             cv = statistics.stdev(rates) / statistics.mean(rates) if len(rates) > 1 else 0.0
             waits = [r["allreduce_time_s"] for r in ok if r["allreduce_time_s"] is not None]
+            # (A --command run reports its throughput alone.)
+            steps = [r["step_time_s"] for r in ok if r["step_time_s"] is not None]
             row.update(
                 status="ok", reason=None, images_per_sec=rate,
                 images_per_sec_per_rank=rate / row["ranks"],
-                step_time_s=statistics.median(r["step_time_s"] for r in ok),
+                step_time_s=statistics.median(steps) if steps else None,
                 allreduce_time_s=statistics.median(waits) if waits else None,
                 cv=cv, high_variance=cv > HIGH_VARIANCE)
             if row["ranks"] == 1:
@@ -280,8 +282,19 @@ def png_text(png: bytes) -> dict[str, str]:
 
 
 def settings_line(settings: dict) -> str:
+    hosts = ", emulated hosts" if settings["emulate"] else ""
+    if settings["workload"] == "command":
+        return f"`{settings['user_command']}`, {settings['device']}{hosts}"
     return (f"{settings['model']} ({settings['workload']}), batch {settings['batch_per_rank']} "
-            f"per rank, {settings['device']}" + (", emulated hosts" if settings["emulate"] else ""))
+            f"per rank, {settings['device']}{hosts}")
+
+
+def repeats_line(settings: dict) -> str:
+    if settings["workload"] == "command":
+        return (f"median of {settings['repeats']} repeats of the throughput it prints "
+                f"(matching `{settings['throughput_pattern']}`)")
+    return (f"median of {settings['repeats']} repeats of {settings['steps']} steps after "
+            f"{settings['warmup_steps']} warm-up steps")
 
 
 def write_outputs(out_dir: Path, results: dict, launchers: list[str]) -> None:
@@ -302,8 +315,7 @@ def write_tables_and_plot(out_dir: Path, results: dict, launchers: list[str],
     machine = machine_line(results.get("machine"))
     table = markdown_table(rows, launchers)
     atomic_write_bytes(out_dir / "scaling.md", (
-        f"{settings_line(s)}; median of {s['repeats']} repeats of {s['steps']} steps after "
-        f"{s['warmup_steps']} warm-up steps\n\nMachine: {machine}\n\n{table}\n"
+        f"{settings_line(s)}; {repeats_line(s)}\n\nMachine: {machine}\n\n{table}\n"
         f"Command: `{results['command']}`\n").encode())
     title = f"{settings_line(s)}\n{machine}"
     atomic_write_bytes(out_dir / "scaling.png",

@@ -55,3 +55,29 @@ def test_the_matrix_with_its_defaults_on_one_machine(mnist_dir, tmp_path):
     assert rows["2x2"]["status"] == "failed"
     assert rows["2x2"]["reason"].startswith("needs 2 nodes, and 2x2 names a, b, unknown here")
     assert "needs 2 nodes" in (out / "scaling.md").read_text()
+
+
+@pytest.mark.slow
+def test_a_users_benchmark_is_the_workload(tmp_path):
+    """A user's script that prints Horovod's benchmark line, two ranks on
+    this machine: its figure is the line's, its command the one horovodrun
+    ran. (Its layouts and repeats are the trainer's: above.)"""
+    out = tmp_path / "out"
+    result = subprocess.run(
+        ["benchmarks/run_matrix.sh", "--command",
+         "python tests/user_scripts/pytorch_synthetic_benchmark.py --rounds 2",
+         "--hosts", "localhost", "--layouts", "1x2", "--repeats", "1", "--out-dir", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+        env={"PATH": os.environ["PATH"], "HOME": str(tmp_path), "HVT_PYTHON": str(BIN / "python")})
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    (run,) = results["runs"]
+    assert run["status"] == "ok", run["reason"]
+    said = (out / "runs" / "1x2-horovod-0" / "output.log").read_text()
+    total = float(said.rsplit("Total img/sec on 2 CPU(s): ", 1)[1].split()[0])
+    assert run["images_per_sec"] == total > 0
+    assert (out / "runs" / "1x2-horovod-0" / "command.txt").read_text().endswith(
+        f"{BIN / 'python'} tests/user_scripts/pytorch_synthetic_benchmark.py --rounds 2\n")
+    assert results["settings"]["user_command"] == (
+        "python tests/user_scripts/pytorch_synthetic_benchmark.py --rounds 2")
+    assert "| 1x2 | 2 |" in (out / "scaling.md").read_text()
