@@ -9,7 +9,6 @@ tape ("'Variable' object has no attribute 'ref'"), fit with the callbacks
 Keras 3 patch once failed hvd.DistributedOptimizer ("module
 'tf_keras.api._v2.keras' has no attribute '__version__'")."""
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -17,11 +16,11 @@ import sys
 import pytest
 from conftest import BIN, REPO, require_framework
 
+sys.path.insert(0, str(REPO / "docker" / "env"))
+import keras_choice  # noqa: E402
+
 pytestmark = pytest.mark.slow
 
-SPEC = importlib.util.spec_from_file_location("keras_choice", REPO / "docker" / "env" / "keras_choice.py")
-keras_choice = importlib.util.module_from_spec(SPEC)
-SPEC.loader.exec_module(keras_choice)
 
 
 def keras_2_python(tmp_path) -> str:

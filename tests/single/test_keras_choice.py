@@ -3,7 +3,6 @@
 a venv, which sets TF_USE_LEGACY_KERAS=1 in each of the venv's processes.
 The Keras 2 route under horovodrun is test_keras.py's tf-keras case."""
 
-import importlib.util
 import subprocess
 import sys
 
@@ -12,10 +11,10 @@ from conftest import REPO
 
 from horovod_train.image import build as image_build
 
+sys.path.insert(0, str(REPO / "docker" / "env"))
+import keras_choice  # noqa: E402
+
 SETUP = REPO / "docker" / "env" / "setup.sh"
-SPEC = importlib.util.spec_from_file_location("keras_choice", REPO / "docker" / "env" / "keras_choice.py")
-keras_choice = importlib.util.module_from_spec(SPEC)
-SPEC.loader.exec_module(keras_choice)
 
 
 def setup_check(tmp_path, *options: str) -> subprocess.CompletedProcess:
