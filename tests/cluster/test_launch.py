@@ -8,7 +8,6 @@ outputs. Real horovodrun, ssh, sshd and sockets, on loopback only: 127.0.0.2
 and 127.0.0.3 are this machine's loopback but remote to horovodrun, and names
 under .invalid never resolve."""
 
-import json
 import os
 import shutil
 import socket
@@ -299,26 +298,6 @@ def test_an_openmpi_hostfile_launches_across_two_hosts(cluster, tmp_path):
         cwd=REPO, env=ENV, capture_output=True, text=True, timeout=180)
     assert result.returncode == 0, result.stdout + result.stderr
     assert sorted(path.read_text() for path in markers.iterdir()) == ["a", "a", "b"]
-
-
-@pytest.mark.cluster
-def test_a_users_script_named_as_the_trainer_runs_with_its_own_options(
-        cluster, small_mnist_dir, tmp_path):
-    """From a across a:1,b:1: a user's script called pytorch_mnist.py is not
-    the project's trainer (it carries no mark), so it is not asked
-    --check-options, and its own options (--out) reach it."""
-    out = tmp_path / "run.json"
-    script_args = ["--data-dir", str(small_mnist_dir), "--epochs", "1", "--out", str(out)]
-    result = subprocess.run(
-        [str(EMULATE), "exec", "a", "--", str(LAUNCH), "-np", "2", "-H", "a:1,b:1",
-         str(BIN / "python"), str(REPO / "tests" / "user_scripts" / "pytorch_mnist.py"),
-         *script_args],
-        cwd=REPO, env=ENV, capture_output=True, text=True, timeout=180)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert result.stdout.startswith("launch: network "), result.stdout[:500]
-    ran = json.loads(out.read_text())
-    assert ran["size"] == 2 and ran["hosts"] == {"a": 1, "b": 1}, ran
-    assert ran["same_weights"] is True and ran["argv"] == script_args
 
 
 @pytest.mark.cluster

@@ -734,42 +734,49 @@ def test_a_job_trains_inside_the_port_range_a_firewall_opens(
     assert barrier == (f"{decoy_cluster['hosts']['a']}:50200" if launcher == "srun" else None)
 
 
-# Users' own scripts: PyTorch (named as the trainer), and Keras fit on Keras 3.
-USER_SCRIPTS = {"srun": "tests/user_scripts/pytorch_mnist.py",
-                "horovodrun": "tests/user_scripts/tensorflow2_keras_mnist.py"}
-
-
 @pytest.mark.cluster
-@pytest.mark.parametrize("launcher", ["srun", "horovodrun"])
-def test_a_users_script_is_the_job_with_its_own_options(
-        local_slurm, decoy_cluster, small_mnist_dir, tmp_path, launcher):
-    """A user's Horovod script as the whole job, run as it is (its options
-    are none of the trainer's, so an option check would have ended it):
-    a PyTorch one under srun from the command form, in a port range, each
-    rank past the start barrier before the script's first line
-    (core/rank_script.py); a Keras one under horovodrun named by
-    HVT_TRAINER."""
-    out = tmp_path / "run.json"
-    script_args = ["--data-dir", str(small_mnist_dir), "--epochs", "1", "--out", str(out)]
-    if launcher == "srun":
-        job_args = ["--", "python", USER_SCRIPTS[launcher], *script_args]
-        variables = {"HVT_PORTS": "50000-50200"}
-    else:
-        require_framework("TensorFlow")
-        job_args = script_args
-        variables = {**OVER_SSH, "HVT_TRAINER": USER_SCRIPTS[launcher]}
-    # A rank on each node: the start barrier is across nodes, at half the cost.
-    job_id = local_slurm.sbatch(tmp_path, job_args, ("--ntasks-per-node=1",), **variables)
-    final = local_slurm.wait(job_id, ENDED, timeout_s=180)
-    log = (tmp_path / f"horovod-{job_id}.out").read_text()
-    assert final["JobState"] == "COMPLETED" and final["ExitCode"] == "0:0", log[-3000:]
-    ran = json.loads(out.read_text())
-    assert ran["size"] == 2 and ran["hosts"] == {"a": 1, "b": 1}, ran
-    assert ran["same_weights"] is True and ran["argv"] == script_args
-    assert ran["mpi"] is (launcher == "srun")
-    assert ran["launcher_settings"].get("HVT_START_BARRIER") == (
-        f"{decoy_cluster['hosts']['a']}:50200" if launcher == "srun" else None)
-    assert ("epoch 1: loss" if launcher == "srun" else " - loss: ") in log, log[-3000:]
+def test_your_script_page_submits_as_written(local_slurm, decoy_cluster, small_mnist_dir,
+                                             tmp_path):
+    """The Slurm block of "Your own training script" (tests/checklists.py),
+    each sbatch as written but for a rank on each node (the start barrier is
+    across nodes, at half the cost), the test's digits and log: a user's
+    Horovod script as the whole job, run as it is (its options are none of
+    the trainer's, so an option check would have ended it). A PyTorch one
+    under srun from the command form, in a port range, each rank past the
+    start barrier before the script's first line (core/rank_script.py); a
+    Keras one under horovodrun, named by HVT_TRAINER."""
+    commands = [command for block in blocks()
+                if block.page == "your-script.md" and block.mark == "slurm"
+                for command in block.commands]
+    assert commands[0] == ["mkdir", "-p", "logs"]  # the log's folder: the test's own here
+    jobs = {"srun": commands[1], "horovodrun": commands[2]}
+    assert "HVT_LAUNCHER=horovodrun" in jobs["horovodrun"] and "--" in jobs["srun"]
+    for launcher, command in jobs.items():
+        if launcher == "horovodrun":
+            require_framework("TensorFlow")
+        out = tmp_path / f"{launcher}.json"
+        line = as_run_here(command, {
+            "sbatch scripts/": f"sbatch --parsable --output={tmp_path}/horovod-%j.out "
+                               "--ntasks-per-node=1 scripts/",
+            "--epochs 3": "--epochs 1"})
+        line += f" --data-dir {small_mnist_dir} --out {out}"
+        submitted = subprocess.run(["bash", "-c", line], cwd=REPO, capture_output=True,
+                                   text=True, timeout=60,
+                                   env={**local_slurm.env, "HVT_PORTS": "50000-50200"})
+        assert submitted.returncode == 0, submitted.stderr
+        job_id = submitted.stdout.strip().split(";")[0]
+        final = local_slurm.wait(job_id, ENDED, timeout_s=180)
+        log = (tmp_path / f"horovod-{job_id}.out").read_text()
+        assert final["JobState"] == "COMPLETED" and final["ExitCode"] == "0:0", log[-3000:]
+        ran = json.loads(out.read_text())
+        assert ran["size"] == 2 and ran["hosts"] == {"a": 1, "b": 1}, ran
+        assert ran["same_weights"] is True
+        assert ran["argv"] == ["--epochs", "1", "--data-dir", str(small_mnist_dir), "--out",
+                               str(out)]
+        assert ran["mpi"] is (launcher == "srun")
+        assert ran["launcher_settings"].get("HVT_START_BARRIER") == (
+            f"{decoy_cluster['hosts']['a']}:50200" if launcher == "srun" else None)
+        assert ("epoch 1: loss" if launcher == "srun" else " - loss: ") in log, log[-3000:]
 
 
 @pytest.fixture

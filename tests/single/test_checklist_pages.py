@@ -18,6 +18,8 @@ import pytest
 from checklists import blocks
 from conftest import BIN, REPO
 
+from horovod_train.launch.pipeline import is_python
+
 TRAINER = "horovod_train/pytorch_mnist.py"
 SLURM = ("sbatch", "srun", "salloc")
 
@@ -51,6 +53,12 @@ def program_parts(command: list[str]) -> list[tuple[tuple[str, ...], list[str]]]
     """(the program whose --help lists them, the words given it) for each
     part of a command that is the project's, horovodrun's or Slurm's."""
     head = command[0]
+    # A user's script (docs/your-script.md) is its own: only what comes
+    # before its python is checked.
+    user = next((i for i, word in enumerate(command)
+                 if is_python(word) and TRAINER not in command[i:]), None)
+    if user is not None:
+        return program_parts([w for w in command[:user] if w != "--"]) if user else []
     if head in SLURM:
         ours = next((i for i, w in enumerate(command) if w.startswith(("scripts/", "benchmarks/"))),
                     len(command))
@@ -61,10 +69,12 @@ def program_parts(command: list[str]) -> list[tuple[tuple[str, ...], list[str]]]
                 return [*parts, ((str(BIN / "python"), TRAINER), rest)]
             return [*parts, *program_parts(command[ours:])]
         return parts
-    if head == "horovodrun":
+    if head == "horovodrun" and TRAINER in command:
         at = command.index(TRAINER)
         return [((str(BIN / "horovodrun"),), command[1:at - 1]),
                 ((str(BIN / "python"), TRAINER), command[at + 1:])]
+    if head == "horovodrun":  # what a user's script came after
+        return [((str(BIN / "horovodrun"),), command[1:])]
     if head == "scripts/python.sh" and command[1:3] == ["-m", "horovod_train"]:
         words = [w for w in command[3:] if not w.startswith("-")][:2]  # the command, its verb
         return [(("scripts/python.sh", "-m", "horovod_train", *words), command[3 + len(words):])]
@@ -84,7 +94,8 @@ def test_every_block_says_how_it_is_run_and_some_are_run():
     unmarked = [f"{b.page}:{b.line}" for b in BLOCKS if b.mark is None]
     assert not unmarked, f"shell blocks without a run mark: {unmarked}"
     marks = {(b.page, b.mark) for b in BLOCKS}
-    assert {("gpu-servers.md", "emulated"), ("slurm-cluster.md", "slurm")} <= marks
+    assert {("gpu-servers.md", "emulated"), ("slurm-cluster.md", "slurm"),
+            ("your-script.md", "emulated"), ("your-script.md", "slurm")} <= marks
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=lambda b: f"{b.page}:{b.line}")
