@@ -456,13 +456,14 @@ def pair_rounds(nodes: list[str]) -> list[list[tuple[str, str]]]:
 
 
 def check_pairs(step: ProbeStep, hello: dict[str, dict], choice: Choice,
-                connect_s: float) -> dict[tuple[str, str], dict]:
+                connect_s: float, only: list[tuple[str, str]] | None = None,
+                ) -> dict[tuple[str, str], dict]:
     """For each ordered pair (x, y): x's rate to y on the chosen network,
     the round trip and the share of datagrams lost, each pair of a round
-    both ways at once."""
+    both ways at once; `only`: those pairs alone, one at a time."""
     net = choice.networks[0]
     found: dict[tuple[str, str], dict] = {}
-    for pairs in pair_rounds(step.nodes):
+    for pairs in pair_rounds(step.nodes) if only is None else [[pair] for pair in only]:
         plan = [[x, y, net.members[y].ip, hello[y]["port"], hello[y]["echo_port"]]
                 for a, b in pairs for x, y in ((a, b), (b, a))]
         step.send({"pairs": plan, "connect_timeout_s": connect_s})

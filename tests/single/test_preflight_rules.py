@@ -89,6 +89,21 @@ def test_a_pair_below_half_the_median_pair_is_named():
     assert preflight.pair_culprits(pairs({("a", "b"): 1.0})) == []
 
 
+def test_a_slow_pair_is_named_only_when_it_is_slow_again():
+    """A slow pair is measured a second time, alone: each direction keeps
+    its faster figure, so one busy moment names nothing."""
+    rates = {(a, b): 1000.0 for a, b in itertools.combinations("abcd", 2)}
+    rates[("c", "d")] = 200.0
+    first = pairs(rates)
+    assert preflight.slow_pairs(first) == ([("c", "d")], 1000.0)
+    busy_moment = preflight.the_faster_of(first, pairs({("c", "d"): 900.0}))
+    assert busy_moment[("d", "c")]["mb_per_s"] == 900.0
+    assert preflight.pair_culprits(busy_moment) == []
+    slow_link = preflight.the_faster_of(first, pairs({("c", "d"): 150.0}))
+    assert slow_link[("c", "d")]["mb_per_s"] == 200.0
+    assert str(preflight.pair_culprits(slow_link)[0]).startswith("pair c-d: 200 MB/s")
+
+
 def test_a_pair_that_loses_datagrams_or_cannot_send_is_named():
     lossy = pairs({("a", "b"): 1000.0}, lost=0.05)
     assert "loses datagrams (5% a to b, 5% b to a)" in str(preflight.pair_culprits(lossy)[0])
