@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 from benchmarks.machine import machine_record
-from horovod_train.core import options
+from horovod_train.core import options, outputs
 from horovod_train.core.atomic import atomic_write_json
 from horovod_train.core.errors import ArgumentParser, UserError, run_main
 from horovod_train.torch.model_names import MNIST_MODELS
@@ -72,10 +72,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main() -> int:
     args = parse_args(sys.argv[1:])
-    # Imported after parsing, so --help and option errors answer at once.
-    from benchmarks import throughput
+    # The input and the output checked first, so that neither waits for
+    # torch's import or the measurement (numpy alone reads the digits).
+    if args.json:
+        outputs.check_can_create(args.json.parent)
     from horovod_train.core import mnist
-    from horovod_train.torch.trainer import init
 
     if args.data_dir is not None:
         split = mnist.load_split(args.data_dir, "train", download=False)
@@ -86,7 +87,10 @@ def main() -> int:
             raise UserError(f"{args.data_dir} holds {len(split)} training images, fewer "
                             f"than one batch of {args.batch_size}")
         split = mnist.Split(split.images[:args.samples], split.labels[:args.samples])
-    else:
+    from benchmarks import throughput
+    from horovod_train.torch.trainer import init
+
+    if args.data_dir is None:
         split = throughput.generated_split(args.samples or GENERATED_SAMPLES, args.seed)
     rt, device = init(use_cuda=not args.no_cuda, threads=args.threads, seed=args.seed)
     sides = throughput.build_sides(args.model, split, args.batch_size, args.lr, args.momentum,
@@ -103,7 +107,6 @@ def main() -> int:
     if rt.is_root:
         print(throughput.format_record(record), flush=True)
         if args.json:
-
             atomic_write_json(args.json, {**record, "machine": machine_record()})
     return 0
 

@@ -77,5 +77,6 @@ def test_unwritable_json_path_is_one_error_line(tmp_path):
     blocker.write_text("not a directory")
     result = run_benchmark(*SHORT, "--samples", "500", "--json", str(blocker / "out.json"))
     assert result.returncode == 2
-    assert result.stderr.startswith(f"trainer_throughput.py: error: cannot write {blocker}")
+    assert result.stderr == (f"trainer_throughput.py: error: cannot create {blocker}: "
+                             f"{blocker} is not a directory\n")
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
