@@ -66,7 +66,15 @@ def main(argv: list[str] | None = None) -> None:
     if name not in COMMANDS:
         print(f"{PROG}: no command {name!r} (the commands: {PROG} --help)", file=sys.stderr)
         sys.exit(2)
-    module = importlib.import_module(COMMANDS[name][0])
+    try:
+        module = importlib.import_module(COMMANDS[name][0])
+    except ModuleNotFoundError as err:
+        if not COMMANDS[name][0].startswith(str(err.name)):
+            raise
+        # The emulation is the lab's: a checkout has it, the installed package not.
+        print(f"{PROG}: {name} runs from a checkout of the project ({COMMANDS[name][1]}); "
+              "this installation has the product alone", file=sys.stderr)
+        sys.exit(2)
     sys.argv = [module.__file__, *args]  # as `python -m MODULE ARGS...` sets it
     module.cli()
 

@@ -3,7 +3,7 @@ major, what the installed driver supports, and the one line that says a
 driver is too old with its ways out. One file for the two places that
 check: the GPU image's entrypoint (check_driver.py beside this file, before
 any of the project is in the container) and the trainer and the preflight
-(horovod_train/torch/gpu.py, which imports this file through a link in the
+(horovod_train/gpu/rules.py, which imports this file through a link in the
 package); and setup's choice of torch's CUDA major by the driver, before it
 installs anything (setup.sh runs this file: --choose-cuda). Standard library
 only."""

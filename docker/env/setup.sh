@@ -30,7 +30,9 @@ Usage: docker/env/setup.sh --venv DIR [--frameworks LIST] [--gpu-ops auto|nccl|n
                      scripts (TF_USE_LEGACY_KERAS=1 in every process of the venv;
                      needs tensorflow); default: what this venv has, else 3
   --dev              add the test and lint tools
-  --editable PROJECT install that project into the venv, editable, without its dependencies
+  --editable PROJECT install that project into the venv, editable, without its dependencies,
+                     and put its root on the venv's path (its lab: benchmarks/, the
+                     emulated hosts), as the image's PYTHONPATH puts the checkout
   --no-apt           do not install system packages; fail if they are missing
   --no-horovod       everything but Horovod (the image's layer its variants share)
   --check-options    check the options and exit, installing nothing
@@ -271,6 +273,10 @@ echo "$cuda" > "$venv/horovod-cuda"
 "$venv/bin/python" "$here/patch_packages.py" || die "patching the installed packages failed"
 if [[ -n "$editable" ]]; then
   uv_install --no-deps -e "$editable"
+  # The installed package is the product; the checkout's lab (benchmarks/,
+  # the emulation) is reached through the checkout's root on the path.
+  site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  (cd "$editable" && pwd) > "$site/horovod-train-checkout.pth"
 fi
 wait_for_apt
 # mpi4py is compiled against this machine's OpenMPI, never taken as a wheel

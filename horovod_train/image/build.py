@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 from horovod_train.core.errors import ArgumentParser, RunFailed, UserError, run_main
-from horovod_train.torch import nvidia_driver
+from horovod_train.gpu import nvidia_driver
 
 REPO = Path(__file__).resolve().parents[2]  # the checkout
 CONTEXT = REPO / "docker"  # the build context, as in `docker build docker/`

@@ -26,7 +26,8 @@ from importlib.util import find_spec
 from pathlib import Path
 
 from horovod_train.core.errors import ArgumentParser, run_main
-from horovod_train.torch import gpu
+from horovod_train.gpu import nvidia_driver
+from horovod_train.gpu import rules as gpu_rules
 
 # Where each framework's Horovod library lies in the package.
 FRAMEWORK_LIBRARIES = {"pytorch": "torch/mpi_lib_v2*.so", "tensorflow": "tensorflow/mpi_lib*.so",
@@ -82,7 +83,7 @@ def horovod_build() -> dict:
     version = next((line.split("=", 1)[1].strip().strip("'\"") for line in
                     version_file.read_text().splitlines() if line.startswith("__version__")),
                    None) if version_file.exists() else None
-    record_path = Path(sys.prefix) / gpu.BUILD_RECORD
+    record_path = Path(sys.prefix) / gpu_rules.BUILD_RECORD
     try:
         record = json.loads(record_path.read_text())
     except (OSError, ValueError):
@@ -103,8 +104,9 @@ def gpus() -> dict:
         libcuda = ctypes.CDLL("libcuda.so.1")
     except OSError:
         return {}
-    found: dict = {"driver_cuda": gpu.driver_cuda_version(), "driver": gpu.driver_version(),
-                   "visible": gpu.visible_devices(),
+    found: dict = {"driver_cuda": nvidia_driver.driver_cuda_version(),
+                   "driver": nvidia_driver.driver_version(),
+                   "visible": gpu_rules.visible_devices(),
                    "per_task": os.environ.get("SLURM_GPUS_PER_TASK") or None}
     count = ctypes.c_int()
     if libcuda.cuInit(0) != 0 or libcuda.cuDeviceGetCount(ctypes.byref(count)) != 0:

@@ -41,9 +41,9 @@ from pathlib import Path
 
 from horovod_train.core.errors import ArgumentParser, RunFailed, run_main
 from horovod_train.core.options import positive_float
+from horovod_train.gpu import rules as gpu_rules
 from horovod_train.launch import allocation, host_facts, hosts, network, pipeline, starters
 from horovod_train.launch.job import Job, named_network, probe_commands
-from horovod_train.torch import gpu
 
 PROG = "preflight"
 FACTS_TIMEOUT_S = 30  # ssh, then the job's Python reading a few hundred MB of libraries
@@ -146,23 +146,23 @@ def gpu_culprits(host: hosts.Host, found: dict) -> list[Culprit]:
         return []
     where, gpus = f"host {host.name}", found["gpus"]
     if not gpus:
-        return [Culprit(where, gpu.no_gpu_problem(host.name, driver_found=False))]
+        return [Culprit(where, gpu_rules.no_gpu_problem(host.name, driver_found=False))]
     named = []
     # Bound per task (Slurm's --gpus-per-task), each rank sees the GPUs Slurm
     # gave it, as this check's own task did: the count is the ranks' to
-    # check, by identity, when they start (torch/gpu.py's binding_problem).
-    problem = None if gpus.get("per_task") else gpu.gpu_count_problem(host.name, host.slots,
+    # check, by identity, when they start (gpu/rules.py's binding_problem).
+    problem = None if gpus.get("per_task") else gpu_rules.gpu_count_problem(host.name, host.slots,
                                                                         gpus["count"])
     if problem:
         named.append(Culprit(where, problem))
     cuda = found.get("torch_cuda") or build.get("cuda")
     if gpus.get("driver_cuda") and cuda:
-        problem = gpu.driver_problem(gpus["driver_cuda"], cuda, gpus.get("driver"))
+        problem = gpu_rules.driver_problem(gpus["driver_cuda"], cuda, gpus.get("driver"))
         if problem:
             named.append(Culprit(where, problem))
     archs = (build.get("cuda_archs") or "").split(",")
     for index, capability in enumerate(gpus.get("capabilities", [])):
-        problem = archs[0] and gpu.architecture_problem(tuple(capability), str(index), archs)
+        problem = archs[0] and gpu_rules.architecture_problem(tuple(capability), str(index), archs)
         if problem:
             named.append(Culprit(where, problem))
             break

@@ -16,12 +16,18 @@ from horovod_train.core import (
     lr_schedule,
     metrics,
     mnist,
-    nccl_report,
     runtime,
 )
 from horovod_train.core.config import RunConfig
 from horovod_train.core.errors import UserError
-from horovod_train.torch import allocator, checkpoint, dataloader, device_data, gpu
+from horovod_train.torch import (
+    allocator,
+    checkpoint,
+    dataloader,
+    device_data,
+    gpu,
+    nccl_report,
+)
 from horovod_train.torch.models import build_model, convert_sync_batchnorm
 from horovod_train.torch.precision import amp_name, amp_settings
 from horovod_train.torch.step import batch_trainer, eval_batch, set_lr

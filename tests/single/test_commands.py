@@ -114,3 +114,30 @@ def test_core_imports_no_framework_nor_launcher_and_the_package_nothing_of_the_l
             climbing = {m for m in imported if re.match(
                 r"horovod_train\.(launch|torch|tensorflow|mxnet|emulation|image)\b", m)}
             assert not climbing, (path.name, climbing)
+
+
+def test_the_installed_package_is_the_product_and_the_lab_is_the_checkouts():
+    """pyproject installs horovod_train's product packages: every package
+    of it but the emulation, and nothing of benchmarks/."""
+    listed = re.search(r"^packages = \[(.*?)\]", (REPO / "pyproject.toml").read_text(),
+                       re.M | re.S)[1]
+    installed = set(re.findall(r'"([\w.]+)"', listed))
+    packages = {module_of(path.parent) for path in REPO.glob("horovod_train/**/__init__.py")}
+    assert installed == packages - {"horovod_train.emulation"}
+
+
+def test_a_command_of_the_lab_outside_a_checkout_is_one_line(monkeypatch, capsys):
+    """An installation without the emulation (the wheel) says where the
+    command lives instead of a traceback."""
+    from horovod_train import __main__ as front_door
+
+    monkeypatch.setitem(front_door.COMMANDS, "emulate-cluster",
+                        ("horovod_train.absent_lab.cluster", "hosts emulated on this machine "
+                                                             "(scripts/emulate_cluster.sh)"))
+    with pytest.raises(SystemExit) as refused:
+        front_door.main(["emulate-cluster", "up"])
+    assert refused.value.code == 2
+    assert capsys.readouterr().err == (
+        "python -m horovod_train: emulate-cluster runs from a checkout of the project (hosts "
+        "emulated on this machine (scripts/emulate_cluster.sh)); this installation has the "
+        "product alone\n")

@@ -1,4 +1,4 @@
-"""Whether a GPU host can run the build (horovod_train/torch/gpu.py): the rules
+"""Whether a GPU host can run the build (horovod_train/gpu/rules.py): the rules
 for the driver's CUDA release and the GPU's compute capability, checked
 here without a GPU, and the build record the trainer reads them from."""
 
@@ -9,7 +9,9 @@ import sys
 import pytest
 from conftest import REPO
 
-from horovod_train.torch import gpu, nvidia_driver
+from horovod_train.gpu import nvidia_driver
+from horovod_train.gpu import rules as gpu
+from horovod_train.torch import gpu as torch_gpu
 
 # What the default build records: every architecture torch 2.14.1+cu130 has
 # native code for, the newest also as PTX.
@@ -146,11 +148,11 @@ def test_the_build_record_gives_the_architectures(tmp_path):
 
 def test_without_an_nvidia_driver_there_is_nothing_to_check():
     """This machine has no GPU; on one with a driver the check runs for real."""
-    if gpu.driver_cuda_version() is not None:
+    if nvidia_driver.driver_cuda_version() is not None:
         pytest.skip("an NVIDIA driver is installed here")
     import torch
 
-    gpu.check_driver(torch)  # nothing to refuse
+    torch_gpu.check_driver(torch)  # nothing to refuse
 
 
 # --- setup's CUDA major, by the driver (docker/env/nvidia_driver.py) ---------------

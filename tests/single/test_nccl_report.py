@@ -14,8 +14,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from horovod_train.core import metrics, nccl_report
-from horovod_train.core.nccl_report import DebugOutput, parse, run_record, transport_line
+from horovod_train.core import metrics
+from horovod_train.torch import nccl_report
+from horovod_train.torch.nccl_report import DebugOutput, parse, run_record, transport_line
 from horovod_train.torch.options import parse_args
 
 
