@@ -11,6 +11,7 @@ from horovod_train.gpu.rules import (
     built_archs,
     device_index,
     driver_problem,
+    no_gpu_problem,
     visible_devices,
 )
 
@@ -46,6 +47,15 @@ def check_driver(torch) -> int | None:
     if problem:
         raise UserError(problem)
     return supported
+
+
+def check_present(hvd, torch, host: str, driver_cuda: int | None) -> None:
+    """A build for GPUs falls back to the CPU only when asked (--no-cuda): a
+    container started without its GPUs would otherwise train for hours on
+    the CPU. A UserError of one line where the build has NCCL and torch sees
+    no GPU."""
+    if hvd.nccl_built() and not torch.cuda.is_available():
+        raise UserError(no_gpu_problem(host, driver_cuda is not None))
 
 
 def check_architecture(torch, device) -> None:

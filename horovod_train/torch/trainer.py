@@ -46,11 +46,7 @@ def init(use_cuda: bool, threads: int | None,
     if use_cuda:
         # A driver too old leaves torch quietly without CUDA.
         driver_cuda = gpu.check_driver(torch)
-        # A build for GPUs falls back to the CPU only when asked (--no-cuda):
-        # a container started without its GPUs would otherwise train for
-        # hours on the CPU.
-        if hvd.nccl_built() and not torch.cuda.is_available():
-            raise UserError(gpu.no_gpu_problem(socket.gethostname(), driver_cuda is not None))
+        gpu.check_present(hvd, torch, socket.gethostname(), driver_cuda)
     use_cuda = use_cuda and torch.cuda.is_available()
     if use_cuda:
         NCCL_OUTPUT.start()

@@ -577,9 +577,10 @@ EPOCHS = 2
 
 def run_until_cancelled(local_slurm: LocalSlurm, log_dir: Path, run: Path, mnist_dir: Path,
                         **variables: str) -> dict:
-    """A 2-epoch job, cancelled 2 s into epoch 2: how its ranks on b were
-    started (their parents), the epochs its checkpoint kept, and how long
-    after `scancel` its last rank on b and on a ended."""
+    """A 2-epoch job, cancelled half a second into epoch 2 (an epoch is a
+    few seconds): how its ranks on b were started (their parents), the
+    epochs its checkpoint kept, and how long after `scancel` its last rank
+    on b and on a ended."""
     checkpoint = run / "checkpoints" / "checkpoint.pt"
     job_id = local_slurm.sbatch(log_dir, trainer(mnist_dir, run, EPOCHS), **variables)
     deadline = time.monotonic() + JOB_TIMEOUT_S
@@ -588,8 +589,8 @@ def run_until_cancelled(local_slurm: LocalSlurm, log_dir: Path, run: Path, mnist
             (log_dir / f"horovod-{job_id}.out").read_text()[-3000:]
         assert time.monotonic() < deadline, "no checkpoint in time"
         time.sleep(0.2)
-    time.sleep(2)  # into the next epoch: the work a cancel loses
     parents = set(trainer_processes("b").values())
+    time.sleep(0.5)  # into the next epoch: the work a cancel loses
     epochs_done = len((run / "metrics.jsonl").read_text().splitlines())
     assert local_slurm.run("scancel", job_id).returncode == 0
     cancelled_at = time.monotonic()

@@ -8,9 +8,11 @@ layers: core/ imports no framework's part nor the launchers, and the
 package imports nothing of the lab (benchmarks/) (docs/development.md)."""
 
 import ast
+import functools
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import REPO
@@ -141,3 +143,65 @@ def test_a_command_of_the_lab_outside_a_checkout_is_one_line(monkeypatch, capsys
         "python -m horovod_train: emulate-cluster runs from a checkout of the project (hosts "
         "emulated on this machine (scripts/emulate_cluster.sh)); this installation has the "
         "product alone\n")
+
+
+def project_aliases(tree: ast.Module) -> dict[str, str]:
+    """A file's names for the project's modules: `from horovod_train.x import
+    y [as z]` and `import horovod_train.x as z` (a name that is no module,
+    such as an imported function, is left out by the caller)."""
+    aliases = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                ("horovod_train", "benchmarks")):
+            for alias in node.names:
+                aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname and alias.name.startswith(("horovod_train", "benchmarks")):
+                    aliases[alias.asname] = alias.name
+    return aliases
+
+
+def module_file(module: str) -> Path | None:
+    """The checkout's file of a dotted module name; None for a name inside a
+    module (a function, a class) or outside the checkout."""
+    path = REPO.joinpath(*module.split("."))
+    for candidate in (path.with_suffix(".py"), path / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+@functools.cache
+def top_level_names(path: Path) -> set[str]:
+    """What a module defines or imports, at any depth: functions, classes,
+    assigned names (tuples too) and imported names."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {a.asname or a.name.split(".")[0] for a in node.names}
+    return names
+
+
+def test_every_attribute_taken_from_a_project_module_is_there():
+    """`module.name` for each of the project's modules a file imports, read
+    without importing anything: a name moved to another module (a refactor
+    that missed a caller) fails here, not on the one machine whose path
+    calls it (a GPU host, say)."""
+    missing = []
+    for path in [*REPO.glob("horovod_train/**/*.py"), *REPO.glob("benchmarks/*.py")]:
+        tree = ast.parse(path.read_text())
+        aliases = project_aliases(tree)
+        used = {(node.value.id, node.attr) for node in ast.walk(tree)
+                if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                and node.value.id in aliases}
+        for name, attr in sorted(used):
+            source = module_file(aliases[name])
+            if source and attr not in top_level_names(source):
+                missing.append(f"{path.relative_to(REPO)}: {name}.{attr} ({aliases[name]})")
+    assert not missing, "\n".join(missing)
