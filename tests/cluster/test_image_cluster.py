@@ -257,20 +257,23 @@ def test_two_host_command_inside_the_image(variant, hosts, image_mounts, control
 @pytest.mark.cluster
 def test_a_users_script_runs_by_the_literal_horovodrun_in_the_image(variant, hosts,
                                                                     image_mounts):
-    """A user's own script (tests/user_scripts/, named as the trainer) from
-    the mounted checkout, with its own options, across both containers by
-    the literal horovodrun: nothing asks it for the trainer's options. The
-    CPU image's run stands for both: the same horovodrun and sshd."""
+    """Users' own scripts (tests/user_scripts/: PyTorch named as the trainer,
+    a Keras fit with hvd.DistributedOptimizer on the image's Keras 3) from
+    the mounted checkout, with their own options, across both containers by
+    the literal horovodrun: nothing asks them for the trainer's options. The
+    CPU image's runs stand for both images: the same horovodrun and sshd."""
     if variant != "cpu":
         pytest.skip("the CPU image's run stands for both images")
-    command = ["horovodrun", "-np", "2", "-H", "a:1,b:1", "-p", "12345", "python",
-               "tests/user_scripts/pytorch_mnist.py", "--data-dir", "/data", "--epochs", "1",
-               "--out", "/runs/user-script.json"]
-    result = run_on("a", *command, timeout=300)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    ran = json.loads((image_mounts["runs"] / "user-script.json").read_text())
-    assert ran["size"] == 2 and ran["hosts"] == {"a": 1, "b": 1}, ran
-    assert ran["same_weights"] is True and ran["argv"][-2:] == ["--out", "/runs/user-script.json"]
+    for script in ("pytorch_mnist.py", "tensorflow2_keras_mnist.py"):
+        out = f"/runs/{script.removesuffix('.py')}.json"
+        command = ["horovodrun", "-np", "2", "-H", "a:1,b:1", "-p", "12345", "python",
+                   f"tests/user_scripts/{script}", "--data-dir", "/data", "--epochs", "1",
+                   "--out", out]
+        result = run_on("a", *command, timeout=300)
+        assert result.returncode == 0, script + result.stdout[-3000:] + result.stderr[-3000:]
+        ran = json.loads((image_mounts["runs"] / Path(out).name).read_text())
+        assert ran["size"] == 2 and ran["hosts"] == {"a": 1, "b": 1}, (script, ran)
+        assert ran["same_weights"] is True and ran["argv"][-2:] == ["--out", out], script
 
 
 # What the repository root's .dockerignore lets into the image's /workspace.

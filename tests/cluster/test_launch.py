@@ -8,6 +8,7 @@ outputs. Real horovodrun, ssh, sshd and sockets, on loopback only: 127.0.0.2
 and 127.0.0.3 are this machine's loopback but remote to horovodrun, and names
 under .invalid never resolve."""
 
+import json
 import os
 import shutil
 import socket
@@ -19,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import BIN, EMULATE, REPO, TRAINER
+from conftest import BIN, EMULATE, REPO, TRAINER, require_framework
 from entry_faults import (
     BAD_TRAINER_OPTION,
     SSH_REFUSED_ON_B,
@@ -298,6 +299,29 @@ def test_an_openmpi_hostfile_launches_across_two_hosts(cluster, tmp_path):
         cwd=REPO, env=ENV, capture_output=True, text=True, timeout=180)
     assert result.returncode == 0, result.stdout + result.stderr
     assert sorted(path.read_text() for path in markers.iterdir()) == ["a", "a", "b"]
+
+
+@pytest.mark.cluster
+def test_a_users_tensorflow_script_runs_across_both_hosts(cluster, small_mnist_dir, tmp_path):
+    """From a across a:1,b:1, a user's TensorFlow custom loop as it is, with
+    hvd.DistributedGradientTape (tests/user_scripts/). The paths run a
+    script whatever its framework: the PyTorch one runs by docs/your-script.md's
+    commands (test_checklist_runs.py), the Keras fit one in the Slurm job
+    and the image (test_slurm.py, test_image_cluster.py); a TensorFlow run
+    costs half a minute here."""
+    require_framework("TensorFlow")
+    out = tmp_path / "run.json"
+    script_args = ["--data-dir", str(small_mnist_dir), "--epochs", "1", "--out", str(out)]
+    result = subprocess.run(
+        [str(EMULATE), "exec", "a", "--", str(LAUNCH), "-np", "2", "-H", "a:1,b:1",
+         str(BIN / "python"), str(REPO / "tests" / "user_scripts" / "tensorflow2_mnist.py"),
+         *script_args],
+        cwd=REPO, env=ENV, capture_output=True, text=True, timeout=240)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    ran = json.loads(out.read_text())
+    assert ran["size"] == 2 and ran["hosts"] == {"a": 1, "b": 1}, ran
+    assert ran["same_weights"] is True and ran["argv"] == script_args
+    assert 0 < ran["losses"][-1] < 2.3, ran  # learnt: a guess is ln 10 = 2.30
 
 
 @pytest.mark.cluster

@@ -785,6 +785,26 @@ def test_your_script_page_submits_as_written(local_slurm, decoy_cluster, small_m
         assert ("epoch 1: loss" if launcher == "srun" else " - loss: ") in log, log[-3000:]
 
 
+@pytest.mark.cluster
+def test_a_tensorflow_script_is_the_job_under_srun(local_slurm, decoy_cluster, small_mnist_dir,
+                                                   tmp_path):
+    """A user's TensorFlow custom loop (hvd.DistributedGradientTape) as the
+    whole job, each rank a Slurm task prepared by core/rank_script.py: the
+    page's PyTorch one runs above, the Keras one under horovodrun."""
+    require_framework("TensorFlow")
+    out = tmp_path / "run.json"
+    script_args = ["--data-dir", str(small_mnist_dir), "--epochs", "1", "--out", str(out)]
+    command = ["--", "python", "tests/user_scripts/tensorflow2_mnist.py", *script_args]
+    job_id = local_slurm.sbatch(tmp_path, command, ("--ntasks-per-node=1",))
+    final = local_slurm.wait(job_id, ENDED, timeout_s=180)
+    log = (tmp_path / f"horovod-{job_id}.out").read_text()
+    assert final["JobState"] == "COMPLETED" and final["ExitCode"] == "0:0", log[-3000:]
+    ran = json.loads(out.read_text())
+    assert ran["size"] == 2 and ran["hosts"] == {"a": 1, "b": 1} and ran["mpi"] is True, ran
+    assert ran["same_weights"] is True and ran["argv"] == script_args
+    assert "epoch 1: loss" in log, log[-3000:]
+
+
 @pytest.fixture
 def ssh_refused_on_b():
     """Host b's sshd port refuses (a firewall rule inside b); Slurm's own
