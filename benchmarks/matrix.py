@@ -465,23 +465,19 @@ def settings_record(settings: MatrixSettings) -> dict:
     gradient_bytes are filled in by the first run that reports them."""
     workload, tuning, cluster = settings.workload, settings.horovod, settings.cluster
     if workload.kind == "command":
-        return {"workload": "command", "user_command": shlex.join(workload.command),
-                "throughput_pattern": workload.throughput_pattern,
-                "repeats": settings.repeats, "device": settings.device,
-                "launchers": list(settings.launchers), "controller": tuning.controller,
-                "fusion_threshold_mb": tuning.fusion_threshold_mb,
-                "cycle_time_ms": tuning.cycle_time_ms, "emulate": cluster.emulate,
-                "network": ({"rate": cluster.link_rate, "delay": cluster.link_delay}
-                            if cluster.shaped else None),
-                "parameters": None, "gradient_bytes": None}
-    return {"workload": workload.kind, "model": workload.model,
-            "memory_format": workload.memory_format,
-            "image_size": workload.image_size if workload.kind == "synthetic" else 28,
-            "batch_per_rank": workload.batch_per_rank, "amp": workload.amp,
-            "warmup_steps": workload.warmup_steps, "steps": workload.steps,
+        what = {"workload": "command", "user_command": shlex.join(workload.command),
+                "throughput_pattern": workload.throughput_pattern}
+    else:
+        what = {"workload": workload.kind, "model": workload.model,
+                "memory_format": workload.memory_format,
+                "image_size": workload.image_size if workload.kind == "synthetic" else 28,
+                "batch_per_rank": workload.batch_per_rank, "amp": workload.amp,
+                "warmup_steps": workload.warmup_steps, "steps": workload.steps}
+    return {**what,
             "repeats": settings.repeats, "device": settings.device,
             "launchers": list(settings.launchers), "controller": tuning.controller,
-            "fp16_allreduce": tuning.fp16_allreduce,
+            # The trainer's option: a command carries its own.
+            **({} if workload.kind == "command" else {"fp16_allreduce": tuning.fp16_allreduce}),
             "fusion_threshold_mb": tuning.fusion_threshold_mb,
             "cycle_time_ms": tuning.cycle_time_ms,
             "emulate": cluster.emulate,
