@@ -51,11 +51,16 @@ def pytest_collection_modifyitems(items):
     """Each test is marked with its folder's kind and put in the order the
     suite runs in: the tests on emulated hosts first, grouped by the hosts
     they need (changing kinds rebuilds the hosts), then the others, and
-    last the tests of the images, which scripts/test.sh builds meanwhile."""
+    last the tests of the images, which scripts/test.sh builds meanwhile.
+    The tests on emulated hosts or images are one xdist group, HOSTS_LANE:
+    the hosts are one set of namespaces per machine, so one worker runs
+    them all, in this order, while the other runs the rest beside it."""
     for item in items:
         kind = item.path.parent.name
         if kind in KINDS:
             item.add_marker(kind)
+        if hosts_kind(item) or needs_image(item):
+            item.add_marker(pytest.mark.xdist_group(HOSTS_LANE))
 
     def order(item) -> tuple:
         image = needs_image(item)
@@ -67,6 +72,7 @@ def pytest_collection_modifyitems(items):
     items.sort(key=order)  # stable: the order within a group is kept
 
 
+HOSTS_LANE = "hosts"
 # The kinds of emulated hosts, in the order the tests use them.
 HOST_KINDS = ("plain", "decoys", "image", "routed", "two-network", "four")
 # The images, in the order scripts/test.sh builds them.
@@ -117,7 +123,8 @@ def needs_image(item) -> str | None:
 # too, less the image builds that scripts/test.sh runs beside the tests at
 # the lowest priority, whose time the kernel counts as `nice`): a test that
 # mostly waits (on a timeout, a host, Slurm) shows a low share and idle
-# core-seconds, one that trains a high share. One JSON line a test in COSTS,
+# core-seconds, one that trains a high share. With two workers (scripts/test.sh),
+# the share is of both lanes together. One JSON line a test in COSTS,
 # and a table a file at the end of the run.
 COSTS = REPO / "runs" / "test-costs.jsonl"
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
@@ -139,9 +146,18 @@ def pytest_runtest_protocol(item, nextitem):
     yield
     wall = time.monotonic() - started
     busy, idle, total = (after - first for after, first in zip(cpu_ticks(), before, strict=True))
-    _costs.append({"test": item.nodeid, "wall_s": round(wall, 2),
-                   "cores_busy": round(busy / total, 2) if total else 0.0,
-                   "idle_core_s": round(idle / TICKS_PER_S, 1)})
+    # An xdist worker's tests go back to the controller with its output.
+    worker = getattr(item.config, "workeroutput", None)
+    costs = worker.setdefault("costs", []) if worker is not None else _costs
+    costs.append({"test": item.nodeid, "wall_s": round(wall, 2),
+                  "cores_busy": round(busy / total, 2) if total else 0.0,
+                  "idle_core_s": round(idle / TICKS_PER_S, 1),
+                  "lane": getattr(item.config, "workerinput", {}).get("workerid", "main")})
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    _costs.extend(getattr(node, "workeroutput", {}).get("costs", []))
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -163,6 +179,11 @@ def pytest_terminal_summary(terminalreporter):
         idle = sum(c["idle_core_s"] for c in costs)
         write(f"{wall:8.1f} {len(costs):5d} {cpu / wall if wall else 0:5.0%} {idle:11.0f}  "
               f"{name}")
+    lanes: dict[str, list[float]] = {}
+    for cost in _costs:
+        lanes.setdefault(cost["lane"], []).append(cost["wall_s"])
+    write("lanes (xdist workers; busy above is the whole machine's): " + ", ".join(
+        f"{lane} {len(walls)} tests {sum(walls):.0f} s" for lane, walls in sorted(lanes.items())))
 
 
 def pytest_addoption(parser):
