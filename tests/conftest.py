@@ -51,16 +51,11 @@ def pytest_collection_modifyitems(items):
     """Each test is marked with its folder's kind and put in the order the
     suite runs in: the tests on emulated hosts first, grouped by the hosts
     they need (changing kinds rebuilds the hosts), then the others, and
-    last the tests of the images, which scripts/test.sh builds meanwhile.
-    The tests on emulated hosts or images are one xdist group, HOSTS_LANE:
-    the hosts are one set of namespaces per machine, so one worker runs
-    them all, in this order, while the other runs the rest beside it."""
+    last the tests of the images, which scripts/test.sh builds meanwhile."""
     for item in items:
         kind = item.path.parent.name
         if kind in KINDS:
             item.add_marker(kind)
-        if hosts_kind(item) or needs_image(item):
-            item.add_marker(pytest.mark.xdist_group(HOSTS_LANE))
 
     def order(item) -> tuple:
         image = needs_image(item)
@@ -72,7 +67,27 @@ def pytest_collection_modifyitems(items):
     items.sort(key=order)  # stable: the order within a group is kept
 
 
-HOSTS_LANE = "hosts"
+# With two workers (scripts/test.sh: pytest -n 2), one runs every test of
+# tests/cluster/, in the order above, and the other the rest beside it: the
+# emulated hosts, Slurm and the images' hosts are one set of namespaces per
+# machine, which two workers would build and tear down under each other.
+HOSTS_LANE = "tests/cluster/"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Lanes(LoadScopeScheduling):
+        """xdist's scope scheduling, every test of HOSTS_LANE one scope (the
+        largest, so the first worker takes it) and every other test its own."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return HOSTS_LANE if nodeid.startswith(HOSTS_LANE) else nodeid
+
+    return Lanes(config, log)
+
+
 # The kinds of emulated hosts, in the order the tests use them.
 HOST_KINDS = ("plain", "decoys", "image", "routed", "two-network", "four")
 # The images, in the order scripts/test.sh builds them.
@@ -252,10 +267,11 @@ def cluster_skip_reason() -> str | None:
             return f"the emulated cluster needs {tool}"
     if not Path("/usr/sbin/sshd").exists():
         return "the emulated cluster needs sshd (openssh-server)"
-    probe = subprocess.run(["ip", "netns", "add", "hvt-probe"], capture_output=True, text=True)
+    probe_name = f"hvt-probe-{os.getpid()}"  # two workers probe at once
+    probe = subprocess.run(["ip", "netns", "add", probe_name], capture_output=True, text=True)
     if probe.returncode != 0:
         return f"network namespaces unavailable: {probe.stderr.strip()}"
-    subprocess.run(["ip", "netns", "del", "hvt-probe"], capture_output=True)
+    subprocess.run(["ip", "netns", "del", probe_name], capture_output=True)
     return None
 
 
