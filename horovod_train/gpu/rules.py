@@ -88,6 +88,29 @@ def no_gpu_problem(host: str, driver_found: bool) -> str:
             "docker/compose.gpu.yaml, srun --gpus-per-task), or train on the CPU with --no-cuda")
 
 
+def cpu_only_problem(host: str, gpus: int | None, devices: str | None = None) -> str:
+    """A Horovod built for the CPU alone on a host with GPUs: the first GPU
+    tensor would reach a Horovod that cannot take it (a setup on a login
+    node without GPUs, or the test command's, run on a GPU node). `gpus`:
+    how many (None: some, uncounted); `devices`: what the host was given
+    (default: this process's CUDA_VISIBLE_DEVICES)."""
+    seen = "GPUs" if gpus is None else f"{gpus} GPU{'s' if gpus != 1 else ''}"
+    return (f"this Horovod is built for the CPU alone (--gpu-ops none), and host {host} has "
+            f"{seen} ({devices or visible_devices()}): set it up with GPU operations "
+            "(scripts/setup.sh --gpu-ops nccl; where setup sees no GPU, --cuda 13 or 12) or "
+            "train on the CPU with --no-cuda")
+
+
+def build_problem(host: str, nccl_built: bool, gpus: int, driver_found: bool) -> str | None:
+    """The build against the GPUs a process sees, where it was asked to use
+    them (no --no-cuda): a GPU build needs one, a CPU build must not meet any."""
+    if nccl_built and gpus == 0:
+        return no_gpu_problem(host, driver_found)
+    if not nccl_built and gpus > 0:
+        return cpu_only_problem(host, gpus)
+    return None
+
+
 def gpu_count_problem(host: str, local_ranks: int, gpus: int,
                       devices: str | None = None) -> str | None:
     """More ranks on a host than GPUs it sees, where every rank sees them

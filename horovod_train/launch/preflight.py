@@ -140,11 +140,15 @@ def describe_build(build: dict) -> str:
 def gpu_culprits(host: hosts.Host, found: dict) -> list[Culprit]:
     """Where the build has GPU operations: a GPU per slot (unless Slurm binds
     them per task), a driver new enough for the build's CUDA, and kernels
-    for each GPU's capability."""
+    for each GPU's capability. Where the project built it for the CPU
+    alone: no GPU it would meet (the job trains on them, without --no-cuda)."""
     build = found["horovod"]
+    where, gpus = f"host {host.name}", found["gpus"]
+    if build.get("gpu_ops") == "none" and gpus.get("count"):
+        return [Culprit(where, gpu_rules.cpu_only_problem(host.name, gpus["count"],
+                                                          gpus.get("visible")))]
     if build.get("gpu_ops") in (None, "none"):
         return []
-    where, gpus = f"host {host.name}", found["gpus"]
     if not gpus:
         return [Culprit(where, gpu_rules.no_gpu_problem(host.name, driver_found=False))]
     named = []

@@ -8,10 +8,10 @@ from horovod_train.gpu.rules import (
     Taken,
     architecture_problem,
     binding_problem,
+    build_problem,
     built_archs,
     device_index,
     driver_problem,
-    no_gpu_problem,
     visible_devices,
 )
 
@@ -50,12 +50,16 @@ def check_driver(torch) -> int | None:
 
 
 def check_present(hvd, torch, host: str, driver_cuda: int | None) -> None:
-    """A build for GPUs falls back to the CPU only when asked (--no-cuda): a
-    container started without its GPUs would otherwise train for hours on
-    the CPU. A UserError of one line where the build has NCCL and torch sees
-    no GPU."""
-    if hvd.nccl_built() and not torch.cuda.is_available():
-        raise UserError(no_gpu_problem(host, driver_cuda is not None))
+    """The build and the GPUs agree, where the run was asked to use them (no
+    --no-cuda), as gpu/rules.py's build_problem says: a build for GPUs falls
+    back to the CPU only when asked (a container started without its GPUs
+    would otherwise train for hours on the CPU), and a CPU build on a host
+    with GPUs is refused before the first GPU tensor reaches it. A UserError
+    of one line."""
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    problem = build_problem(host, hvd.nccl_built(), gpus, driver_cuda is not None)
+    if problem:
+        raise UserError(problem)
 
 
 def check_architecture(torch, device) -> None:

@@ -137,6 +137,24 @@ def test_a_gpu_build_without_a_gpu_names_the_host_and_the_way_to_the_cpu(monkeyp
     assert message.endswith("or train on the CPU with --no-cuda")
 
 
+@pytest.mark.parametrize(("nccl_built", "gpus", "problem"), [
+    (True, 2, None),
+    (False, 0, None),
+    (True, 0, "this Horovod is built for GPUs (NCCL), and host b has none to use "
+              "(torch finds no CUDA device; CUDA_VISIBLE_DEVICES unset)"),
+    # Set up where there were no GPUs (a login node, the test command's
+    # environment), run where there are: refused before a GPU tensor reaches it.
+    (False, 8, "this Horovod is built for the CPU alone (--gpu-ops none), and host b has "
+               "8 GPUs (CUDA_VISIBLE_DEVICES unset): set it up with GPU operations "
+               "(scripts/setup.sh --gpu-ops nccl; where setup sees no GPU, --cuda 13 or 12) "
+               "or train on the CPU with --no-cuda"),
+])
+def test_the_build_and_the_gpus_a_rank_sees_must_agree(monkeypatch, nccl_built, gpus, problem):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    found = gpu.build_problem("b", nccl_built, gpus, driver_found=True)
+    assert found == problem or (problem and found.startswith(problem)), found
+
+
 def test_the_build_record_gives_the_architectures(tmp_path):
     assert gpu.built_archs(str(tmp_path)) is None  # a Horovod built elsewhere: no check
     record = tmp_path / gpu.BUILD_RECORD

@@ -71,6 +71,21 @@ def test_gpus_are_checked_only_where_the_build_has_gpu_operations():
     assert "no NVIDIA driver is loaded" in named(Host("b", 1), no_driver)[0]
 
 
+def test_a_cpu_build_on_a_host_with_gpus_is_named_unless_the_job_trains_on_the_cpu():
+    """A venv set up on a login node without GPUs (--gpu-ops none), run on a
+    GPU node: the first GPU tensor would reach a Horovod that cannot take it."""
+    found = facts(gpus={"driver_cuda": 13000, "visible": "CUDA_VISIBLE_DEVICES unset",
+                        "count": 4, "capabilities": [[9, 0]] * 4})
+    (line,) = named(Host("b", 4), found)
+    assert line.startswith("host b: this Horovod is built for the CPU alone (--gpu-ops none), "
+                           "and host b has 4 GPUs (CUDA_VISIBLE_DEVICES unset): set it up with "
+                           "GPU operations (scripts/setup.sh --gpu-ops nccl"), line
+    assert line.endswith("or train on the CPU with --no-cuda")
+    assert preflight.host_culprits(Host("b", 4), found, facts(), 1.0, 1.0, cpu_only=True) == []
+    # A Horovod the project did not build records no choice: nothing to say.
+    assert named(Host("b", 4), facts(horovod={"gpu_ops": None}, gpus=found["gpus"])) == []
+
+
 def pairs(rates: dict[tuple[str, str], float], lost: float = 0.0) -> dict:
     found = {}
     for (a, b), rate in rates.items():
