@@ -83,6 +83,7 @@ nodes, only a python3.
 
 
 import argparse
+import json
 import os
 import shlex
 import signal
@@ -92,6 +93,7 @@ import time
 from dataclasses import replace
 
 from horovod_train.core.errors import ArgumentParser, RunFailed, UserError, run_main
+from horovod_train.gpu import rules as gpu_rules
 from horovod_train.launch import network, pipeline, preflight, starters
 from horovod_train.launch.allocation import Allocation, allocation_from_env
 from horovod_train.launch.hosts import SshTarget, probe_ssh_port
@@ -194,6 +196,37 @@ def job_of(allocation: Allocation, settings: Settings, cpu_only: bool) -> Job:
                workdir=settings.checkout)
 
 
+def allocated_gpus(env: dict) -> tuple[int | None, str] | None:
+    """The GPUs Slurm gave the job, and the variable that says so (the
+    count where Slurm gives one); None where it gave none."""
+    on_node = env.get("SLURM_GPUS_ON_NODE", "").strip()
+    if on_node.isdigit():
+        return (int(on_node), f"SLURM_GPUS_ON_NODE={on_node}") if int(on_node) else None
+    if env.get("SLURM_JOB_GPUS", "").strip():
+        ids = env["SLURM_JOB_GPUS"].strip()
+        return len(ids.split(",")), f"SLURM_JOB_GPUS={ids}"
+    for name in ("SLURM_GPUS_PER_TASK", "SLURM_GPUS_PER_NODE", "SLURM_GPUS"):
+        value = env.get(name, "").strip()
+        if value and value.rsplit(":", 1)[-1] not in ("0", ""):
+            return None, f"{name}={value}"
+    return None
+
+
+def check_gpu_build(settings: Settings, env: dict, cpu_only: bool, node: str) -> None:
+    """A venv whose Horovod was built for the CPU alone (set up on a login
+    node without GPUs) in a job given GPUs: one line before anything
+    starts, not a crash at the first GPU tensor. Images carry their own."""
+    gpus = allocated_gpus(env)
+    if settings.runtime != "venv" or cpu_only or gpus is None:
+        return
+    try:
+        record = json.loads((settings.checkout / ".venv" / gpu_rules.BUILD_RECORD).read_text())
+    except (OSError, ValueError):
+        return  # not built by setup.sh: the ranks' own checks apply
+    if record.get("gpu_ops") == "none":
+        raise UserError(gpu_rules.cpu_only_problem(node, *gpus))
+
+
 def check_launcher_options(config: dict, settings: Settings) -> None:
     """The trainer's options that the launcher cannot serve."""
     if settings.launcher == "srun" and config.get("elastic"):
@@ -222,11 +255,12 @@ def run_job(job_args: list[str], env: dict | None = None, settings: Settings | N
     if dry_run:
         print(describe(allocation, settings, plan, None, dry_run=True), flush=True)
         return 0
+    job = job_of(allocation, settings, "--no-cuda" in job_args)
+    check_gpu_build(settings, env, job.cpu_only, allocation.nodes[0])
     if settings.launcher == "srun":
         starters.check_pmix()
     if plan.check:
         check_launcher_options(pipeline.check_trainer(plan.check, plan.cwd), settings)
-    job = job_of(allocation, settings, "--no-cuda" in job_args)
     if not plan.sshd:
         # horovodrun's ssh to the nodes, checked as launch.sh checks it; a
         # container's sshd is checked when its step has started it.
@@ -258,8 +292,36 @@ def main() -> int:
     job_args = args.job_args[1:] if args.job_args[:1] == ["--"] else args.job_args
     # scancel's SIGTERM: stop horovodrun (and through it every rank) on the way out.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
-    return run_job(job_args,
-                   dry_run=parse_flag("HVT_DRY_RUN", os.environ.get("HVT_DRY_RUN")))
+    signal.signal(signal.SIGUSR2, requeue_on_usr2)
+    try:
+        return run_job(job_args,
+                       dry_run=parse_flag("HVT_DRY_RUN", os.environ.get("HVT_DRY_RUN")))
+    except Requeue:
+        return requeue(os.environ.get("SLURM_JOB_ID", ""))
+
+
+class Requeue(SystemExit):
+    """USR2 arrived: the ranks are stopped on the way out (run_plan's
+    finally), then the job goes back to the queue."""
+
+
+def requeue_on_usr2(*_) -> None:
+    raise Requeue(128 + signal.SIGUSR2)
+
+
+def requeue(job_id: str) -> int:
+    """A time limit's warning (horovod.sbatch's --signal=B:USR2@120) or
+    `scancel --batch --signal=USR2`: back to the queue, where the job starts
+    again and resumes from the trainer's last checkpoint (a restarted job
+    adds --resume), as submit.sh's jobs do."""
+    result = subprocess.run(["scontrol", "requeue", job_id], capture_output=True, text=True,
+                            timeout=60)
+    if result.returncode != 0:
+        raise RunFailed(f"USR2: scontrol requeue {job_id} failed: "
+                        f"{(result.stderr.strip().splitlines() or ['no message'])[-1]}")
+    print(f"slurm: job {job_id}: USR2: requeued; it resumes from the last checkpoint when it "
+          "starts again", flush=True)
+    return 0
 
 
 def cli() -> None:

@@ -278,6 +278,35 @@ def test_bad_settings_are_one_error_naming_the_variable(settings, message):
     assert message in str(error.value)
 
 
+@pytest.mark.parametrize(("env", "said"), [
+    ({"SLURM_GPUS_ON_NODE": "4"}, "4 GPUs (SLURM_GPUS_ON_NODE=4)"),
+    ({"SLURM_JOB_GPUS": "0,1"}, "2 GPUs (SLURM_JOB_GPUS=0,1)"),
+    ({"SLURM_GPUS_PER_TASK": "gpu:1"}, "GPUs (SLURM_GPUS_PER_TASK=gpu:1)"),
+])
+def test_a_cpu_build_in_a_job_given_gpus_is_one_line_before_anything_starts(tmp_path, env,
+                                                                             said):
+    """The Slurm page's setup on a login node without GPUs, run on GPU nodes."""
+    venv = tmp_path / ".venv"
+    (venv / "bin").mkdir(parents=True)
+    for program in ("python", "horovodrun"):
+        (venv / "bin" / program).touch(mode=0o755)
+    (venv / "horovod-build.json").write_text(json.dumps({"gpu_ops": "none"}))
+    job_env = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "a,b", "SLURM_TASKS_PER_NODE": "2(x2)",
+               **env}
+    (tmp_path / "train.py").write_text("import horovod.torch\n")
+    settings = slurm_plan.make_settings(checkout=tmp_path)
+    with pytest.raises(UserError) as refused:
+        slurm.run_job(["python", "train.py"], job_env, settings)  # before any srun: none here
+    assert str(refused.value).startswith(
+        f"this Horovod is built for the CPU alone (--gpu-ops none), and host a has {said}: "
+        "set it up with GPU operations (scripts/setup.sh --gpu-ops nccl"), refused.value
+    # --no-cuda, no GPUs given, or a GPU build: nothing to refuse.
+    slurm.check_gpu_build(settings, job_env, True, "a")
+    slurm.check_gpu_build(settings, {"SLURM_GPUS_ON_NODE": "0"}, False, "a")
+    (venv / "horovod-build.json").write_text(json.dumps({"gpu_ops": "nccl"}))
+    slurm.check_gpu_build(settings, job_env, False, "a")
+
+
 def test_more_ranks_than_the_jobs_tasks_are_refused():
     with pytest.raises(UserError, match=r"^HVT_NUM_PROC=5 is more than the 4 tasks of job 7 "
                                         r"\(a:2,b:2\): lower it, or submit with more tasks$"):
@@ -917,7 +946,7 @@ def test_slurm_cluster_page_submits_as_written(local_slurm, decoy_cluster, small
     trains across both nodes after the preflight found nothing."""
     [command] = [command for block in blocks()
                  if block.page == "slurm-cluster.md" and block.mark == "slurm"
-                 for command in block.commands]
+                 for command in block.commands if command[0] == "scripts/slurm/submit.sh"]
     line = as_run_here(command, {
         "/shared/$USER/mnist": str(small_mnist_dir),
         "--preflight --": f"--preflight --folder {tmp_path / 'submitit'} --time 10 --"})
@@ -931,4 +960,48 @@ def test_slurm_cluster_page_submits_as_written(local_slurm, decoy_cluster, small
     log = Path(re.search(r"; log: (\S+)", result.stdout)[1]).read_text()
     assert "preflight: all well, 2 hosts checked in " in log, log[-3000:]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["hosts"] == {"a": 2, "b": 2} and summary["weights_identical"] is True
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
+def test_slurm_cluster_pages_sbatch_form_logs_where_it_ran_and_usr2_requeues_it(
+        local_slurm, decoy_cluster, small_mnist_dir, tmp_path):
+    """The same page's sbatch command as written (but two tasks a node, no
+    GPUs, the test's digits): its log where sbatch ran, with no directory
+    to make first; the page's `scancel --batch --signal=USR2` (a time
+    limit's warning, horovod.sbatch's --signal=B:USR2@120) after epoch 1
+    stops the ranks and requeues the job, which resumes and completes."""
+    [command] = [command for block in blocks()
+                 if block.page == "slurm-cluster.md" and block.mark == "slurm"
+                 for command in block.commands if command[0] == "sbatch"]
+    run = tmp_path / "run"
+    line = as_run_here(command, {"/shared/$USER/mnist": str(small_mnist_dir),
+                                 "sbatch ": "sbatch --parsable "})
+    line += f" --epochs 3 --log-dir {run}"
+    assert line.startswith("sbatch --parsable --nodes 2 --ntasks-per-node 2 --export=ALL,"
+                           "HVT_PREFLIGHT=1 scripts/slurm/horovod.sbatch"), line
+    submitted = subprocess.run(["bash", "-c", line], cwd=REPO, env=local_slurm.env,
+                               capture_output=True, text=True, timeout=60)
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.strip().split(";")[0]
+    log = REPO / f"horovod-{job_id}.out"
+    try:
+        deadline = time.monotonic() + JOB_TIMEOUT_S
+        while not (run / "checkpoints" / "checkpoint.pt").exists():
+            assert local_slurm.job(job_id)["JobState"] in ("PENDING", "RUNNING"), \
+                log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "no checkpoint in time"
+            time.sleep(0.2)
+        assert local_slurm.run("scancel", "--batch", "--signal=USR2", job_id).returncode == 0
+        final = local_slurm.wait(job_id, ENDED)
+        text = log.read_text()
+    finally:
+        log.unlink(missing_ok=True)
+    assert final["JobState"] == "COMPLETED" and final["Restarts"] == "1", text[-3000:]
+    assert f"slurm: job {job_id}: USR2: requeued; it resumes from the last checkpoint" in text
+    assert "preflight: all well, 2 hosts checked in " in text, text[-3000:]
+    resumed = re.search(r"resuming after epoch (\d+)", text)
+    assert resumed and int(resumed[1]) >= 1, text[-3000:]
+    summary = json.loads((run / "summary.json").read_text())
     assert summary["hosts"] == {"a": 2, "b": 2} and summary["weights_identical"] is True
