@@ -53,7 +53,13 @@ if [[ $(id -u) -eq 0 ]]; then
   scripts/build_image.sh --wheelhouse-only >/dev/null & house_pid=$!
 fi
 # All three frameworks: the suite trains each of them for real. No GPU
-# operations: the CPU image shares this Horovod wheel.
+# operations: the CPU image shares this Horovod wheel. A GPU setup of this
+# checkout's .venv becomes the tests' one, said here.
+if [[ "$(cat .venv/horovod-gpu-ops 2>/dev/null)" == nccl ]]; then
+  echo "test.sh: .venv is set up for GPUs (Horovod with NCCL); the tests set it up for the" \
+       "CPU with all three frameworks (scripts/setup.sh --frameworks pytorch --gpu-ops nccl" \
+       "makes it the GPU one again, from the wheel cache)"
+fi
 scripts/setup.sh --frameworks pytorch,tensorflow,mxnet --gpu-ops none
 end_phase setup
 

@@ -17,7 +17,8 @@ Usage: docker/env/setup.sh --venv DIR [--frameworks LIST] [--gpu-ops auto|nccl|n
   --frameworks LIST  comma-separated: pytorch, tensorflow, mxnet (default: the
                      frameworks this venv was last set up for, else pytorch)
   --gpu-ops MODE     Horovod's NCCL GPU operations: nccl, none, or auto (nccl
-                     when a GPU is present); default: what this venv has, else auto
+                     when a GPU is present); default: nccl with --cuda, else what
+                     this venv has (not none where a GPU is present), else auto
   --cuda-archs LIST  GPU architectures Horovod's CUDA kernels are compiled for,
                      comma-separated compute capabilities (e.g. 80,90), or torch
                      (default): every one the venv's torch has native code for,
@@ -33,9 +34,12 @@ Usage: docker/env/setup.sh --venv DIR [--frameworks LIST] [--gpu-ops auto|nccl|n
   --editable PROJECT install that project into the venv, editable, without its dependencies,
                      and put its root on the venv's path (its lab: benchmarks/, the
                      emulated hosts), as the image's PYTHONPATH puts the checkout
-  --no-apt           do not install system packages; fail if they are missing
+  --no-apt           install no system packages (a system without apt, or without
+                     root): Open MPI, a C++17 compiler, ssh, patch, patchelf and ip
+                     must be on PATH (modules count); the missing one is named
   --no-horovod       everything but Horovod (the image's layer its variants share)
-  --check-options    check the options and exit, installing nothing
+  --check-options    check the options, say in one line what would be set up, and
+                     exit, installing nothing
 
 Environment: HVT_PYTHON (the interpreter for a new venv, default python3),
 HVT_WHEEL_CACHE (default ~/.cache/horovod-train/wheels). The packages are
@@ -83,7 +87,31 @@ here=$(cd "$(dirname "$0")" && pwd)
 # Keep what the venv has: a later plain setup (e.g. from demo.sh) must not
 # swap a three-framework or NCCL Horovod for a PyTorch-only or CPU one.
 [[ -n "$frameworks" ]] || frameworks=$(cat "$venv/horovod-frameworks" 2>/dev/null || echo pytorch)
-[[ -n "$gpu_ops" ]] || gpu_ops=$(cat "$venv/horovod-gpu-ops" 2>/dev/null || echo auto)
+# GPU operations follow the GPUs the environment is for, not the machine it
+# is set up on: asked for (--gpu-ops), else NCCL where a CUDA is asked for
+# (a login node without GPUs sets up for the compute nodes'), else the
+# venv's choice, but not a CPU-only one on a machine with GPUs (the test
+# command's, say), else the machine's GPUs (auto). A change is said.
+has_gpu() { nvidia-smi -L 2>/dev/null | grep -q '^GPU'; }
+kept_gpu_ops=$(cat "$venv/horovod-gpu-ops" 2>/dev/null || true)
+gpu_ops_from=""  # where a choice not asked for came from, said with it
+if [[ -z "$gpu_ops" ]]; then
+  gpu_ops=${kept_gpu_ops:-auto} gpu_ops_from="this venv's choice"
+  if [[ -n "$cuda" ]]; then
+    gpu_ops=nccl gpu_ops_from="--cuda $cuda"
+  elif [[ "$kept_gpu_ops" == none ]] && has_gpu; then
+    if [[ "$frameworks" == pytorch ]]; then
+      gpu_ops=nccl gpu_ops_from="a GPU here"
+    else
+      echo "setup.sh: this machine has GPUs, and Horovod stays CPU-only for $frameworks" \
+           "(NCCL builds pytorch alone): --frameworks pytorch --gpu-ops nccl for the GPUs"
+    fi
+  fi
+  if [[ -n "$kept_gpu_ops" && "$gpu_ops" != "$kept_gpu_ops" ]]; then
+    echo "setup.sh: Horovod's GPU operations: $gpu_ops ($gpu_ops_from), was $kept_gpu_ops;" \
+         "--gpu-ops $kept_gpu_ops keeps them"
+  fi
+fi
 # torch's CUDA major: what --cuda says, else what the venv has, else what
 # the NVIDIA driver runs (nvidia_driver.py's rule, said in one line; a driver
 # too old for any is refused here, before any download), else 13.
@@ -118,15 +146,15 @@ fi
 [[ "$keras" == 3 || " ${wanted[*]} " == *" tensorflow "* ]] \
   || die "--keras 2 is tf.keras of TensorFlow: add tensorflow to --frameworks (got $frameworks)"
 if [[ "$gpu_ops" == auto ]]; then
-  gpu_ops=none
-  nvidia-smi -L 2>/dev/null | grep -q '^GPU' && gpu_ops=nccl
+  gpu_ops=none gpu_ops_from="auto: no GPU here"
+  has_gpu && gpu_ops=nccl gpu_ops_from="auto: a GPU here"
 fi
 # Horovod compiles its GPU operations into every framework's binding and
 # refuses a framework without CUDA; of ours only torch's wheels are CUDA
 # builds (TensorFlow's GPU wheels are CUDA 12, MXNet's last CUDA 11.2).
 if [[ "$gpu_ops" == nccl && "$frameworks" != pytorch ]]; then
-  die "--gpu-ops nccl builds Horovod for pytorch alone (got --frameworks $frameworks);" \
-      "TensorFlow and MXNet run in a --gpu-ops none environment"
+  die "--gpu-ops nccl${gpu_ops_from:+ (from $gpu_ops_from)} builds Horovod for pytorch alone (got" \
+      "--frameworks $frameworks); TensorFlow and MXNet run in a --gpu-ops none environment"
 fi
 # The Python rule: each framework on the Pythons framework-pythons.txt
 # gives it (MXNet 1.9 on 3.11 alone). It is checked on the venv's
@@ -150,7 +178,11 @@ python_rule() {
 rule_python=${HVT_PYTHON:-python3}
 [[ -x "$venv/bin/python" ]] && rule_python=$venv/bin/python
 python_rule "$rule_python" || true
-[[ $check_only -eq 0 ]] || exit 0
+if [[ $check_only -eq 1 ]]; then
+  echo "setup.sh: would set up $frameworks, GPU operations $gpu_ops${gpu_ops_from:+" ($gpu_ops_from)"}," \
+       "CUDA $cuda, Keras $keras"
+  exit 0
+fi
 started=$SECONDS
 
 # System packages: MPI and its headers, ssh client and server, compilers,
@@ -173,9 +205,20 @@ python=${HVT_PYTHON:-python3}
 sys.exit(not os.path.isfile(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
   2>/dev/null || packages+=(python3-dev)
 missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
-done
+if [[ $apt -eq 0 ]]; then
+  # Nothing installed for us: the commands setup needs, found on PATH
+  # (modules count), whatever the distribution.
+  "$python" -c '' 2>/dev/null || die "--no-apt: $python does not run; set HVT_PYTHON"
+  "$python" "$here/system_tools.py" || exit 2
+elif command -v dpkg-query >/dev/null && command -v apt-get >/dev/null; then
+  for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
+  done
+else
+  die "setup installs system packages with apt (Debian, Ubuntu), and this system has no" \
+      "apt: give --no-apt with Open MPI, a C++17 compiler, ssh, patch, patchelf and ip on" \
+      "PATH (modules count), or run the image (Apptainer or Pyxis, docs/slurm-and-kubernetes.md)"
+fi
 # The cold path overlaps what does not wait on another: apt installs beside
 # the Python packages (only the compiles need its packages), and mpi4py
 # compiles beside Horovod. A venv that cannot be made yet (no python3-venv,
@@ -185,9 +228,6 @@ apt_pid=""
 # install is left half-done.
 trap wait EXIT
 if [[ ${#missing[@]} -gt 0 ]]; then
-  if [[ $apt -eq 0 ]]; then
-    die "missing system packages: ${missing[*]}"
-  fi
   sudo=""
   [[ $(id -u) -eq 0 ]] || sudo="sudo"
   echo "setup.sh: installing ${missing[*]}"

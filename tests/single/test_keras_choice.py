@@ -27,7 +27,9 @@ def setup_check(tmp_path, *options: str) -> subprocess.CompletedProcess:
 def test_setup_takes_keras_2_with_tensorflow(tmp_path):
     result = setup_check(tmp_path, "--frameworks", "pytorch,tensorflow", "--keras", "2")
     assert result.returncode == 0, result.stderr
-    assert result.stdout == result.stderr == ""
+    assert result.stdout == ("setup.sh: would set up pytorch,tensorflow, GPU operations none, "
+                             "CUDA 13, Keras 2\n")
+    assert result.stderr == ""
 
 
 @pytest.mark.parametrize("options, message", [
