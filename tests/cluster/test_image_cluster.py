@@ -224,6 +224,33 @@ SKIPPED_RUNS = {
 }
 
 
+# Two ranks' allreduce of 1 MiB each, above Open MPI's eager limit: the
+# transfer its shared-memory transport makes with a single copy, if it may.
+ALLREDUCE_1MIB = ("import array; from mpi4py import MPI; c = MPI.COMM_WORLD; "
+                  "out = array.array('d', bytes(1 << 20)); "
+                  "c.Allreduce(array.array('d', [c.rank] * (1 << 17)), out); "
+                  "print('sum', out[0], flush=True)")
+
+
+@pytest.mark.cluster
+def test_two_ranks_in_one_container_under_the_runtimes_default_seccomp_print_no_errors(
+        image_cluster):
+    """docker run and podman run apply a seccomp profile that refuses
+    process_vm_readv (tests/seccomp_default.py applies that rule, the
+    kernel's own filter): the image turns Open MPI's single copy off, so two
+    ranks of a container exchange large messages without its "Read -1"
+    lines; with the single copy on again, they appear."""
+    command = ["python", "/workspace/tests/seccomp_default.py", "mpirun", "--allow-run-as-root",
+               "-np", "2", "--mca", "btl", "self,vader", "python", "-c", ALLREDUCE_1MIB]
+    clean = run_on("a", *command, timeout=120)
+    output = clean.stdout + clean.stderr
+    assert clean.returncode == 0 and output.count("sum 1.0") == 2, output
+    assert "Read -1" not in output, output
+    single_copy = run_on("a", "env", "OMPI_MCA_btl_vader_single_copy_mechanism=cma", *command,
+                         timeout=120)
+    assert "Read -1, expected 1048576, errno = 1" in single_copy.stdout + single_copy.stderr
+
+
 @pytest.mark.slow
 @pytest.mark.cluster
 @pytest.mark.parametrize("controller", ["mpi", "gloo"])
