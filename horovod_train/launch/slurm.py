@@ -47,7 +47,8 @@ Settings, from the environment (`sbatch --export`, or exported before sbatch):
                       node first; default: the fastest that joins every
                       node, chosen by the probe
     HVT_NUM_PROC      ranks to start (default: every task of the job)
-    HVT_RUNTIME   venv (default): the checkout's .venv on every node;
+    HVT_RUNTIME   venv (default): the checkout's .venv (set up once, on a
+                      filesystem every node mounts at the same path);
                       apptainer: `apptainer exec` of HVT_IMAGE (a .sif file
                       or docker://...); pyxis: `srun --container-image` of
                       HVT_IMAGE (an enroot URI or a .sqsh file)

@@ -38,7 +38,7 @@ except ImportError:  # said in one line by main()
     submitit = None
 
 from horovod_train.core.errors import ArgumentParser, RunFailed, UserError, run_main
-from horovod_train.launch import slurm, slurm_plan
+from horovod_train.launch import pipeline, slurm, slurm_plan
 
 REPO = Path(__file__).resolve().parents[2]  # the checkout
 
@@ -219,7 +219,14 @@ def main() -> int:
                                    interfaces=args.network_interface, num_proc=args.num_proc,
                                    preflight=args.preflight)
     # A command that cannot run, or --resume for a script that does not take it: one line.
-    slurm_plan.with_resume(slurm_plan.job_program(trainer_args, settings), settings, 0)
+    program = slurm_plan.with_resume(slurm_plan.job_program(trainer_args, settings), settings, 0)
+    # The trainer's options too, here, where the job would find a mistake only
+    # after its wait in the queue (the checkout's venv; an image's Python is
+    # the nodes').
+    if program.checked and settings.runtime == "venv":
+        python = settings.checkout / ".venv" / "bin" / "python"
+        slurm.check_launcher_options(pipeline.check_trainer(
+            [str(python), *program.words("--check-options")], settings.checkout), settings)
     if submitit is None:
         raise UserError("submitit is not installed: pip install submitit "
                         "(scripts/setup.sh installs it)")

@@ -421,6 +421,11 @@ def test_submit_help_and_bad_settings_before_submitting():
     assert bad.returncode == 2
     assert bad.stderr.strip() == ("submit: error: HVT_RUNTIME=pyxis needs HVT_IMAGE, "
                                   "the image to run")
+    # The trainer's options, checked here before the queue (no Slurm needed to refuse).
+    option = subprocess.run([str(SUBMIT), "--", "--epochs", "x"], capture_output=True,
+                            text=True, timeout=60)
+    assert option.returncode == 2
+    assert option.stderr == f"submit: error: pytorch_mnist.py: {BAD_TRAINER_OPTION}\n"
 
 
 def test_submit_gives_ranks_their_gpus_either_way_and_asks_for_the_preflight(tmp_path):
@@ -783,8 +788,7 @@ def test_your_script_page_submits_as_written(local_slurm, decoy_cluster, small_m
     commands = [command for block in blocks()
                 if block.page == "your-script.md" and block.mark == "slurm"
                 for command in block.commands]
-    assert commands[0] == ["mkdir", "-p", "logs"]  # the log's folder: the test's own here
-    jobs = {"srun": commands[1], "horovodrun": commands[2]}
+    jobs = {"srun": commands[0], "horovodrun": commands[1]}
     assert "HVT_LAUNCHER=horovodrun" in jobs["horovodrun"] and "--" in jobs["srun"]
     for launcher, command in jobs.items():
         if launcher == "horovodrun":
