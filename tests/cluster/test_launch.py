@@ -280,7 +280,10 @@ def test_horovodrun_alone_fails_on_the_hostfile_the_launcher_runs(tmp_path):
     result = subprocess.run([str(BIN / "horovodrun"), "-np", "2", "-hostfile",
                              str(tmp_path / "hostfile"), "--gloo", *marker_command(markers)],
                             capture_output=True, text=True, timeout=120)
-    assert result.returncode != 0 and list(markers.iterdir()) == []
+    assert result.returncode == 1 and list(markers.iterdir()) == []
+    # Its reader splits "# this machine, ..." at "=" for the slots: a traceback, no rank.
+    assert "slots = line.split('=')[1]" in result.stderr, result.stderr[-2000:]
+    assert result.stderr.rstrip().endswith("IndexError: list index out of range")
 
 
 @pytest.mark.cluster
@@ -369,9 +372,12 @@ def test_the_ranks_get_the_projects_open_mpi_settings_unless_set(controller):
 
 
 def test_a_failing_command_fails_the_launch(tmp_path):
+    """A rank's own exit status is named, and the launch fails with 1 (a run
+    that started and failed)."""
     result, _ = launch("-np", "1", "-H", "localhost:1", "--gloo",
                        str(BIN / "python"), "-c", "raise SystemExit(3)")
-    assert result.returncode != 0
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "Process 0 exit with status code 3." in result.stdout + result.stderr
 
 
 # --- bad input the trainer finds, launched for real ------------------------------

@@ -26,6 +26,12 @@ def run(trainer: str, argv: list[str], log_dir) -> subprocess.CompletedProcess:
                           cwd=REPO, capture_output=True, text=True, timeout=300)
 
 
+def train_losses(log_dir) -> list[float]:
+    """The losses a run logged every --log-interval batches."""
+    lines = (log_dir / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line)["train_loss"] for line in lines if "batch" in json.loads(line)]
+
+
 def with_data(flags, data_dir) -> list[upstream_flags.Flag]:
     return [f._replace(value=str(data_dir)) if f.flag == "--data-dir" else f for f in flags]
 
@@ -44,6 +50,16 @@ def test_pytorch_examples_command_line(small_mnist_dir, tmp_path):
     assert summary["options"]["batch_size"] == 32 and summary["options"]["seed"] == 7
     lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["batch"] for line in lines[:-1]] == [10, 20]  # --log-interval 10
+
+    # --fp16-allreduce reaches the allreduce: the same run without it logs
+    # other losses (its gradients are not rounded to float16), where two runs
+    # of one seed on the CPU log the same to the last bit. (The predivide
+    # factor 2.0 cannot show in the numbers: halving and doubling are exact.)
+    plain = run("pytorch_mnist.py", upstream_flags.argv(
+        flags, leave_out=("--use-adasum", "--use-mixed-precision", "--fp16-allreduce"))
+        + ["--no-download"], tmp_path / "plain")
+    assert plain.returncode == 0, (plain.stdout + plain.stderr)[-3000:]
+    assert train_losses(tmp_path / "plain") != train_losses(tmp_path / "run")
 
     adasum = run("pytorch_mnist.py", ["--num-proc", "2", "--communication", "mpi",
                                       "--use-adasum", "--epochs", "1", "--no-cuda",
