@@ -552,9 +552,9 @@ def host_processes(host: str) -> dict[int, str]:
     return found
 
 
-def trainer_pids(log_dir: Path) -> dict[int, int]:
+def trainer_pids(log_dir: Path, script: str = "pytorch_mnist.py") -> dict[int, int]:
     """Every process on this machine (the emulated hosts' included) of the
-    trainer writing to log_dir, and its Horovod rank, read from its
+    trainer `script` writing to log_dir, and its Horovod rank, read from its
     environment. The log dir tells this run's ranks from any other test's."""
     found = {}
     for entry in Path("/proc").iterdir():
@@ -562,7 +562,7 @@ def trainer_pids(log_dir: Path) -> dict[int, int]:
             continue
         try:
             cmdline = (entry / "cmdline").read_bytes()
-            if b"pytorch_mnist.py" not in cmdline or str(log_dir).encode() not in cmdline:
+            if script.encode() not in cmdline or str(log_dir).encode() not in cmdline:
                 continue
             environ = dict(item.split("=", 1) for item in
                            (entry / "environ").read_bytes().decode(errors="replace").split("\0")
