@@ -82,6 +82,14 @@ def total_slots(hosts: Iterable[Host]) -> int:
     return sum(host.slots for host in hosts)
 
 
+def check_name(name: str, origin: str) -> None:
+    """A host name ssh would read as one of its options ("-oProxyCommand=...")
+    is refused: names come from files and variables others may write."""
+    if name.startswith("-"):
+        raise UserError(f"{origin}: host name {name!r} begins with '-': ssh would read it as "
+                        "an option")
+
+
 def parse_host_list(text: str, option: str = "-H") -> list[Host]:
     """`a:2,b:2` -> [Host('a', 2), Host('b', 2)]; errors name `option`."""
     origin = f"{option} {text}"
@@ -91,6 +99,7 @@ def parse_host_list(text: str, option: str = "-H") -> list[Host]:
         if not match:
             raise UserError(f"{origin}: {item.strip()!r} is not HOST:SLOTS "
                             "(want a list such as a:2,b:2)")
+        check_name(match[1], origin)
         hosts.append(Host(match[1], int(match[2])))
     for host in hosts:
         if host.slots < 1:
@@ -120,6 +129,7 @@ def parse_hostfile_line(line: str, where: str) -> Host | None:
         settings[match[1]] = int(match[2])
     if malformed:
         raise UserError(f"{where}: cannot read {line.strip()!r}: {HOSTFILE_SYNTAX}")
+    check_name(name, where)
     slots = settings.get("slots", settings.get("max_slots", 1))
     if slots < 1:
         raise UserError(f"{where}: host {name} has {slots} slots; each host needs at least 1")

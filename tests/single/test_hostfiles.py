@@ -51,6 +51,7 @@ def test_openmpi_conventions_comments_blank_lines_and_a_bare_host(tmp_path):
     ("a slots=-1\n", ":1: host a has -1 slots; each host needs at least 1"),
     ("a slots=4 max_slots=2\n", ":1: host a has max_slots=2, less than its slots=4"),
     ("a\nb slots=2\na slots=2\n", ":3: host a is listed again (first on line 1)"),
+    ("a\n-v slots=1\n", ":2: host name '-v' begins with '-': ssh would read it as an option"),
 ])
 def test_a_bad_line_is_one_error_naming_file_and_line(tmp_path, text, message):
     path = hostfile(tmp_path, text)
@@ -81,6 +82,7 @@ def test_host_list_round_trip():
     ("a:2,b", "-H a:2,b: 'b' is not HOST:SLOTS (want a list such as a:2,b:2)"),
     ("a:0", "-H a:0: host a has 0 slots; each host needs at least 1"),
     ("a:1,a:1", "-H a:1,a:1: names host a more than once"),
+    ("a:1,-v:1", "-H a:1,-v:1: host name '-v' begins with '-': ssh would read it as an option"),
 ])
 def test_a_bad_host_list_is_one_error(text, message):
     with pytest.raises(UserError) as raised:
