@@ -36,18 +36,19 @@ if [[ -f "$keys/authorized_keys" ]]; then
     checking=accept-new
   fi
   if [[ -n "${HVT_CLUSTER_HOSTS:-}" ]]; then
-    # The same config as the emulated hosts' (docker/env/ssh_client.py);
-    # the host names are split on purpose.
-    # shellcheck disable=SC2086
+    # The same config as the emulated hosts' (docker/env/ssh_client.py), for
+    # each name of the list (split on spaces, never expanded as a pattern).
+    read -ra cluster_hosts <<< "$HVT_CLUSTER_HOSTS"
     /opt/venv/bin/python /opt/horovod-env/ssh_client.py --port "$port" \
       --identity /root/.ssh/id_ed25519 --known-hosts /root/.ssh/known_hosts \
-      --checking "$checking" ${HVT_CLUSTER_HOSTS} > /root/.ssh/config
+      --checking "$checking" -- "${cluster_hosts[@]}" > /root/.ssh/config
     chmod 600 /root/.ssh/config
   else
     echo "entrypoint: HVT_CLUSTER_HOSTS is empty: ssh will refuse hosts it does not know" >&2
   fi
   mkdir -p /run/sshd
-  /usr/sbin/sshd -p "$port"
+  # Its log (each login, each refusal) with the container's own output.
+  /usr/sbin/sshd -p "$port" -E /dev/stderr
 else
   echo "entrypoint: no $keys/authorized_keys (mount the output of scripts/cluster_keys.sh there): sshd not started" >&2
 fi

@@ -32,6 +32,8 @@ from conftest import (
     run_on,
 )
 
+from horovod_train.emulation.cluster import STATE_DIR
+
 CONTEXT = REPO / "docker"
 
 EXPECTED = {  # what --check-build must show in each variant
@@ -279,6 +281,9 @@ def test_two_host_command_inside_the_image(variant, hosts, image_mounts, control
     # image's Horovod is built with it and its mpirun reaches the other host.
     # One epoch: 90% (the soak's bar for one).
     assert_trained(run, 4, controller, {"a": 2, "b": 2}, min_accuracy=0.9)
+    # b's sshd says who came in, in the container's own output.
+    container_log = (STATE_DIR / "hosts" / "b" / "container.log").read_text()
+    assert "Accepted publickey for root from " in container_log, container_log[-2000:]
 
 
 @pytest.mark.cluster
