@@ -11,9 +11,7 @@ case "${1:-}" in
 Usage: scripts/test.sh [PYTEST ARGS...]
 
 Runs scripts/setup.sh for PyTorch, TensorFlow and MXNet, ruff, then pytest
-with the given arguments (e.g. -k resume, -m "not cluster", tests/single)
-in two workers: tests/cluster/ (emulated hosts, Slurm, the images) in one,
-in order, the rest in the other (-n 0 runs them all in one process).
+with the given arguments (e.g. -k resume, -m "not cluster", tests/single).
 Beside the tests, at the lowest CPU and I/O priority, scripts/build_image.sh
 builds the CPU and the GPU image and the image that carries the code (all
 fast when already done; each build's log in runs/image-builds/); the image
@@ -99,11 +97,7 @@ fi
 .venv/bin/ruff check .
 end_phase lint
 set +e
-# Two workers (pytest-xdist): one runs tests/cluster/ in order (one set of
-# emulated hosts per machine: tests/conftest.py's lanes), the other the rest
-# meanwhile, in the time the first spends waiting on hosts, timeouts and
-# Slurm. `-n 0` among the arguments runs one process.
-.venv/bin/python -m pytest -n 2 "$@"
+.venv/bin/python -m pytest "$@"
 code=$?
 set -e
 end_phase tests

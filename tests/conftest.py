@@ -67,27 +67,6 @@ def pytest_collection_modifyitems(items):
     items.sort(key=order)  # stable: the order within a group is kept
 
 
-# With two workers (scripts/test.sh: pytest -n 2), one runs every test of
-# tests/cluster/, in the order above, and the other the rest beside it: the
-# emulated hosts, Slurm and the images' hosts are one set of namespaces per
-# machine, which two workers would build and tear down under each other.
-HOSTS_LANE = "tests/cluster/"
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config, log):
-    from xdist.scheduler import LoadScopeScheduling
-
-    class Lanes(LoadScopeScheduling):
-        """xdist's scope scheduling, every test of HOSTS_LANE one scope (the
-        largest, so the first worker takes it) and every other test its own."""
-
-        def _split_scope(self, nodeid: str) -> str:
-            return HOSTS_LANE if nodeid.startswith(HOSTS_LANE) else nodeid
-
-    return Lanes(config, log)
-
-
 # The kinds of emulated hosts, in the order the tests use them.
 HOST_KINDS = ("plain", "decoys", "image", "routed", "two-network", "four")
 # The images, in the order scripts/test.sh builds them.
@@ -138,8 +117,7 @@ def needs_image(item) -> str | None:
 # too, less the image builds that scripts/test.sh runs beside the tests at
 # the lowest priority, whose time the kernel counts as `nice`): a test that
 # mostly waits (on a timeout, a host, Slurm) shows a low share and idle
-# core-seconds, one that trains a high share. With two workers (scripts/test.sh),
-# the share is of both lanes together. One JSON line a test in COSTS,
+# core-seconds, one that trains a high share. One JSON line a test in COSTS,
 # and a table a file at the end of the run.
 COSTS = REPO / "runs" / "test-costs.jsonl"
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
@@ -161,18 +139,9 @@ def pytest_runtest_protocol(item, nextitem):
     yield
     wall = time.monotonic() - started
     busy, idle, total = (after - first for after, first in zip(cpu_ticks(), before, strict=True))
-    # An xdist worker's tests go back to the controller with its output.
-    worker = getattr(item.config, "workeroutput", None)
-    costs = worker.setdefault("costs", []) if worker is not None else _costs
-    costs.append({"test": item.nodeid, "wall_s": round(wall, 2),
-                  "cores_busy": round(busy / total, 2) if total else 0.0,
-                  "idle_core_s": round(idle / TICKS_PER_S, 1),
-                  "lane": getattr(item.config, "workerinput", {}).get("workerid", "main")})
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_testnodedown(node, error):
-    _costs.extend(getattr(node, "workeroutput", {}).get("costs", []))
+    _costs.append({"test": item.nodeid, "wall_s": round(wall, 2),
+                   "cores_busy": round(busy / total, 2) if total else 0.0,
+                   "idle_core_s": round(idle / TICKS_PER_S, 1)})
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -194,11 +163,6 @@ def pytest_terminal_summary(terminalreporter):
         idle = sum(c["idle_core_s"] for c in costs)
         write(f"{wall:8.1f} {len(costs):5d} {cpu / wall if wall else 0:5.0%} {idle:11.0f}  "
               f"{name}")
-    lanes: dict[str, list[float]] = {}
-    for cost in _costs:
-        lanes.setdefault(cost["lane"], []).append(cost["wall_s"])
-    write("lanes (xdist workers; busy above is the whole machine's): " + ", ".join(
-        f"{lane} {len(walls)} tests {sum(walls):.0f} s" for lane, walls in sorted(lanes.items())))
 
 
 def pytest_addoption(parser):
@@ -267,11 +231,10 @@ def cluster_skip_reason() -> str | None:
             return f"the emulated cluster needs {tool}"
     if not Path("/usr/sbin/sshd").exists():
         return "the emulated cluster needs sshd (openssh-server)"
-    probe_name = f"hvt-probe-{os.getpid()}"  # two workers probe at once
-    probe = subprocess.run(["ip", "netns", "add", probe_name], capture_output=True, text=True)
+    probe = subprocess.run(["ip", "netns", "add", "hvt-probe"], capture_output=True, text=True)
     if probe.returncode != 0:
         return f"network namespaces unavailable: {probe.stderr.strip()}"
-    subprocess.run(["ip", "netns", "del", probe_name], capture_output=True)
+    subprocess.run(["ip", "netns", "del", "hvt-probe"], capture_output=True)
     return None
 
 
