@@ -981,7 +981,8 @@ def test_slurm_cluster_pages_sbatch_form_logs_where_it_ran_and_usr2_requeues_it(
                  for command in block.commands if command[0] == "sbatch"]
     run = tmp_path / "run"
     line = as_run_here(command, {"/shared/$USER/mnist": str(small_mnist_dir),
-                                 "sbatch ": "sbatch --parsable "})
+                                 "sbatch --nodes": "sbatch --parsable --nodes",
+                                 "--ntasks-per-node 4": "--ntasks-per-node 2"})
     line += f" --epochs 3 --log-dir {run}"
     assert line.startswith("sbatch --parsable --nodes 2 --ntasks-per-node 2 --export=ALL,"
                            "HVT_PREFLIGHT=1 scripts/slurm/horovod.sbatch"), line
