@@ -265,8 +265,12 @@ def apptainer_exec(settings: Settings, mounts: list[str], environment: dict | No
                    sshd: bool = False) -> list[str]:
     # --nv: the node's NVIDIA driver and GPUs in the container. With sshd,
     # --fakeroot --writable-tmpfs: the entrypoint writes root's ssh files and
-    # a host key, and sshd runs as root, inside the container only.
-    return ["apptainer", "exec", "--nv", *(["--fakeroot", "--writable-tmpfs"] if sshd else []),
+    # a host key, and sshd runs as root, inside the container only; --no-home:
+    # Apptainer would bind the user's home there (at /root under --fakeroot),
+    # and the entrypoint's files would replace the user's own ~/.ssh on every
+    # node that shares it.
+    return ["apptainer", "exec", "--nv",
+            *(["--fakeroot", "--writable-tmpfs", "--no-home"] if sshd else []),
             "--pwd", IMAGE_WORKDIR, *[flag for mount in mounts for flag in ("--bind", mount)],
             *[flag for name, value in (environment or {}).items()
               for flag in ("--env", f"{name}={value}")],

@@ -212,7 +212,7 @@ def test_horovodrun_in_apptainer_starts_the_images_sshd_then_horovodrun_inside_i
                                    image="/images/horovod-train.sif", keys=str(keys),
                                    mounts="/scratch/mnist:/data:ro", checkout=REPO)
     plan = slurm_plan.make_plan(allocation("a,b,c", "2(x3)"), settings, ["--data-dir", "/data"])
-    container = ["apptainer", "exec", "--nv", "--fakeroot", "--writable-tmpfs",
+    container = ["apptainer", "exec", "--nv", "--fakeroot", "--writable-tmpfs", "--no-home",
                  "--pwd", "/workspace",
                  "--bind", f"{keys}:/etc/horovod/keys:ro", "--bind", f"{REPO}:/workspace",
                  "--bind", "/scratch/mnist:/data:ro",
