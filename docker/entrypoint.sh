@@ -47,8 +47,14 @@ if [[ -f "$keys/authorized_keys" ]]; then
     echo "entrypoint: HVT_CLUSTER_HOSTS is empty: ssh will refuse hosts it does not know" >&2
   fi
   mkdir -p /run/sshd
-  # Its log (each login, each refusal) with the container's own output.
-  /usr/sbin/sshd -p "$port" -E /dev/stderr
+  # In the foreground of a process of its own (-D), logging to the
+  # container's output (-e): each login, each refusal. What follows starts
+  # once it listens.
+  /usr/sbin/sshd -D -e -p "$port" &
+  for _ in $(seq 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+    sleep 0.1
+  done
 else
   echo "entrypoint: no $keys/authorized_keys (mount the output of scripts/cluster_keys.sh there): sshd not started" >&2
 fi

@@ -250,7 +250,8 @@ def test_two_ranks_in_one_container_under_the_runtimes_default_seccomp_print_no_
     assert "Read -1" not in output, output
     single_copy = run_on("a", "env", "OMPI_MCA_btl_vader_single_copy_mechanism=cma", *command,
                          timeout=120)
-    assert "Read -1, expected 1048576, errno = 1" in single_copy.stdout + single_copy.stderr
+    said = single_copy.stdout + single_copy.stderr
+    assert re.search(r"Read -1, expected \d+, errno = 1", said), said
 
 
 @pytest.mark.slow
