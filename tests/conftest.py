@@ -538,6 +538,33 @@ def trainer_pids(log_dir: Path, script: str = "pytorch_mnist.py") -> dict[int, i
     return found
 
 
+def signal_rank_after_epoch_1(script: str, data_dir: Path, log_dir: Path, signum: int,
+                              *options: str) -> tuple[int, str, float]:
+    """Two ranks of the trainer `script` here (horovodrun --gloo), rank 1
+    sent `signum` once rank 0 has said epoch 1: horovodrun's exit code, its
+    whole output, and the seconds from the signal to its end."""
+    job = subprocess.Popen(
+        [str(BIN / "horovodrun"), "-np", "2", "-H", "localhost:2", "--gloo", str(BIN / "python"),
+         f"horovod_train/{script}", "--data-dir", str(data_dir), "--no-download",
+         "--epochs", "50", "--no-progress", "--log-dir", str(log_dir), *options],
+        cwd=REPO, env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        output = []
+        for line in job.stdout:
+            output.append(line)
+            if "epoch 1:" in line:
+                break
+        ranks = {rank: pid for pid, rank in trainer_pids(log_dir, script).items()}
+        os.kill(ranks[1], signum)
+        signalled_at = time.monotonic()
+        output.append(job.communicate(timeout=120)[0])
+        return job.returncode, "".join(output), time.monotonic() - signalled_at
+    finally:
+        job.kill()
+        job.wait()
+
+
 def run_on(host: str, *command: str, timeout: int = 60) -> subprocess.CompletedProcess:
     """Run a command on an emulated host, its output captured as text."""
     return subprocess.run(on_host(host, list(command)), capture_output=True, text=True,

@@ -5,13 +5,10 @@ job ends at once, horovodrun's exit 1 naming the killed rank, nothing left
 running. Rank 0, when it notices before horovodrun ends it, says so in its
 one line, never a traceback."""
 
-import os
 import signal
-import subprocess
-import time
 
 import pytest
-from conftest import BIN, REPO, require_framework, trainer_pids
+from conftest import require_framework, signal_rank_after_epoch_1, trainer_pids
 
 SCRIPTS = {"tensorflow": ("TensorFlow", "tensorflow2_mnist.py"),
            "mxnet": ("MXNet", "mxnet_mnist.py")}
@@ -22,27 +19,9 @@ def test_a_killed_rank_ends_the_job_at_once(framework, small_mnist_dir, tmp_path
     name, script = SCRIPTS[framework]
     require_framework(name)
     log_dir = tmp_path / "run"
-    job = subprocess.Popen(
-        [str(BIN / "horovodrun"), "-np", "2", "-H", "localhost:2", "--gloo", str(BIN / "python"),
-         f"horovod_train/{script}", "--data-dir", str(small_mnist_dir), "--no-download",
-         "--epochs", "50", "--no-progress", "--log-dir", str(log_dir)],
-        cwd=REPO, env={**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}"},
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        output = []
-        for line in job.stdout:
-            output.append(line)
-            if "epoch 1:" in line:
-                break
-        ranks = {rank: pid for pid, rank in trainer_pids(log_dir, script).items()}
-        os.kill(ranks[1], signal.SIGKILL)
-        killed_at = time.monotonic()
-        output.append(job.communicate(timeout=120)[0])
-        ended_s = time.monotonic() - killed_at
-    finally:
-        job.kill()
-    output = "".join(output)
-    assert job.returncode == 1, output[-3000:]
+    code, output, ended_s = signal_rank_after_epoch_1(script, small_mnist_dir, log_dir,
+                                                      signal.SIGKILL)
+    assert code == 1, output[-3000:]
     assert "Process 1 exit with status code 137." in output, output[-3000:]
     assert ended_s < 30, ended_s  # at once, not after a timeout
     assert trainer_pids(log_dir, script) == {}
