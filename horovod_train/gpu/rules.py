@@ -52,14 +52,19 @@ def runs_on(capability: tuple[int, int], archs: list[str]) -> bool:
     return newest.isdigit() and arch_number(newest) <= gpu
 
 
+def build_record(prefix: str | Path = sys.prefix) -> dict:
+    """The environment's Horovod build record ({} where there is none: a
+    Horovod built elsewhere)."""
+    try:
+        return json.loads((Path(prefix) / BUILD_RECORD).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 def built_archs(prefix: str = sys.prefix) -> list[str] | None:
     """The architectures the environment's Horovod was compiled for, or None
     (no record: a Horovod built elsewhere, or without GPU operations)."""
-    try:
-        record = json.loads((Path(prefix) / BUILD_RECORD).read_text())
-    except (OSError, ValueError):
-        return None
-    archs = record.get("cuda_archs")
+    archs = build_record(prefix).get("cuda_archs")
     return archs.split(",") if archs else None
 
 

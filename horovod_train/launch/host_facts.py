@@ -83,11 +83,7 @@ def horovod_build() -> dict:
     version = next((line.split("=", 1)[1].strip().strip("'\"") for line in
                     version_file.read_text().splitlines() if line.startswith("__version__")),
                    None) if version_file.exists() else None
-    record_path = Path(sys.prefix) / gpu_rules.BUILD_RECORD
-    try:
-        record = json.loads(record_path.read_text())
-    except (OSError, ValueError):
-        record = {}
+    record = gpu_rules.build_record()
     return {"version": version, "frameworks": sorted(set(frameworks)),
             "digest": digest.hexdigest()[:16] if frameworks else None,
             "gpu_ops": record.get("gpu_ops"), "cuda": record.get("cuda"),

@@ -84,7 +84,6 @@ nodes, only a python3.
 
 
 import argparse
-import json
 import os
 import shlex
 import signal
@@ -220,11 +219,8 @@ def check_gpu_build(settings: Settings, env: dict, cpu_only: bool, node: str) ->
     gpus = allocated_gpus(env)
     if settings.runtime != "venv" or cpu_only or gpus is None:
         return
-    try:
-        record = json.loads((settings.checkout / ".venv" / gpu_rules.BUILD_RECORD).read_text())
-    except (OSError, ValueError):
-        return  # not built by setup.sh: the ranks' own checks apply
-    if record.get("gpu_ops") == "none":
+    # No record (not built by setup.sh): the ranks' own checks apply.
+    if gpu_rules.build_record(settings.checkout / ".venv").get("gpu_ops") == "none":
         raise UserError(gpu_rules.cpu_only_problem(node, *gpus))
 
 
