@@ -214,13 +214,14 @@ def start_mpi_at_the_start_barrier() -> None:
     barrier = os.environ.get("HVT_START_BARRIER")
     if not barrier:
         return
+    token = start_barrier.token_of()
     from mpi4py import MPI  # noqa: PLC0415 - importing it is MPI_Init_thread(MULTIPLE)
 
     world = MPI.COMM_WORLD
     address = start_barrier.parse(barrier)[0]
     mine = {iface.ip for iface in interfaces.local_interfaces() if iface.ip}
     is_root = address in mine and os.environ.get("SLURM_LOCALID", "0") == "0"
-    start_barrier.wait_for_every_rank(barrier, world.Get_rank(), world.Get_size(), is_root)
+    start_barrier.wait_for_every_rank(barrier, world.Get_rank(), world.Get_size(), is_root, token)
     record_setting("HVT_START_BARRIER", barrier, "project")  # the launcher's, for the record
 
 

@@ -12,20 +12,33 @@ yet: a segmentation fault in MPI_Init. So such a rank starts MPI itself,
 waits here until every rank has, and only then starts Horovod, which sends.
 
 The launcher names the place (HVT_START_BARRIER=ADDRESS:PORT, the last port
-of HVT_PORTS, on the first node's address on the chosen network); the
-first rank of the node with that address listens there.
+of HVT_PORTS, on the first node's address on the chosen network) and a
+secret of the job (HVT_START_BARRIER_TOKEN, in the ranks' environment, never
+on a command line); the first rank of the node with that address listens on
+that address alone. It counts a connection as a rank only when it says the
+job's token and a rank of the job that has not arrived yet, within a few
+seconds: a stray connection, another job on the node or a duplicate is
+closed and named on stderr, and the barrier stays shut until every rank
+has come.
 
 Standard library only."""
 
+import hashlib
+import hmac
+import os
 import socket
 import struct
+import sys
 import time
 
 from horovod_train.core.errors import RunFailed
 
 TIMEOUT_S = 300  # srun ends every rank once one of them fails: this is a backstop
+HELLO_TIMEOUT_S = 5.0  # a connection that says nothing holds the others this long at most
 RETRY_S = 0.2
 RELEASE = b"\x01"
+# A hello: the token's digest (a fixed length, whatever the token's), then the rank.
+HELLO = struct.Struct("!32sI")
 
 
 def parse(spec: str) -> tuple[str, int]:
@@ -36,23 +49,36 @@ def parse(spec: str) -> tuple[str, int]:
     return address, int(port)
 
 
-def wait_for_every_rank(spec: str, rank: int, size: int, is_root: bool,
+def token_of(env: dict = os.environ) -> str:
+    """HVT_START_BARRIER_TOKEN, which the launcher sets beside HVT_START_BARRIER."""
+    token = env.get("HVT_START_BARRIER_TOKEN", "")
+    if not token:
+        raise RunFailed("HVT_START_BARRIER is set but HVT_START_BARRIER_TOKEN is not "
+                        "(the launcher sets both)")
+    return token
+
+
+def wait_for_every_rank(spec: str, rank: int, size: int, is_root: bool, token: str,
                         timeout_s: float = TIMEOUT_S) -> None:
-    """Return once all `size` ranks have called this; `is_root` for the one
-    rank that listens (the first on the barrier's node)."""
+    """Return once all `size` ranks have called this with the job's `token`;
+    `is_root` for the one rank that listens (the first on the barrier's
+    node)."""
     address, port = parse(spec)
     deadline = time.monotonic() + timeout_s
+    digest = hashlib.sha256(token.encode()).digest()
     if is_root:
-        gather_then_release(port, size - 1, deadline, f"start barrier at {spec}", timeout_s)
+        gather_then_release(address, port, rank, size, digest, deadline,
+                            f"start barrier at {spec}", timeout_s)
     else:
-        check_in(address, port, rank, deadline, f"rank {rank}: start barrier at {spec}",
-                 timeout_s)
+        check_in(address, port, HELLO.pack(digest, rank), deadline,
+                 f"rank {rank}: start barrier at {spec}", timeout_s)
 
 
-def gather_then_release(port: int, others: int, deadline: float, where: str,
-                        timeout_s: float) -> None:
+def gather_then_release(address: str, port: int, root_rank: int, size: int, digest: bytes,
+                        deadline: float, where: str, timeout_s: float) -> None:
+    others = size - 1
     try:
-        server = socket.create_server(("0.0.0.0", port), backlog=max(16, others))
+        server = socket.create_server((address, port), backlog=max(16, others))
     except OSError as err:
         raise RunFailed(f"{where}: cannot listen: {err.strerror or err}") from None
     arrived: dict[int, socket.socket] = {}
@@ -61,21 +87,16 @@ def gather_then_release(port: int, others: int, deadline: float, where: str,
             while len(arrived) < others:
                 server.settimeout(max(0.0, deadline - time.monotonic()))
                 try:
-                    peer, _ = server.accept()
+                    peer, (sender, _) = server.accept()
                 except TimeoutError:
                     raise RunFailed(f"{where}: {len(arrived)} of the {others} other ranks "
                                     f"arrived within {timeout_s:g} s") from None
-                peer.settimeout(max(1.0, deadline - time.monotonic()))
-                try:
-                    said = receive_exactly(peer, 4)
-                except OSError:
-                    said = b""
-                if len(said) < 4:  # not a rank (it closed, or said nothing in time)
+                rank, refused = read_hello(peer, digest, root_rank, size, arrived, deadline)
+                if refused:
                     peer.close()
+                    print(f"{where}: refused a connection from {sender}: {refused}",
+                          file=sys.stderr, flush=True)
                     continue
-                (rank,) = struct.unpack("!I", said)
-                if rank in arrived:
-                    arrived[rank].close()
                 arrived[rank] = peer
             for peer in arrived.values():
                 peer.sendall(RELEASE)
@@ -84,7 +105,28 @@ def gather_then_release(port: int, others: int, deadline: float, where: str,
                 peer.close()
 
 
-def check_in(address: str, port: int, rank: int, deadline: float, where: str,
+def read_hello(peer: socket.socket, digest: bytes, root_rank: int, size: int,
+               arrived: dict, deadline: float) -> tuple[int, str]:
+    """The rank a connection says it is, and why it is not one of the job's
+    ranks yet to come ("" if it is)."""
+    peer.settimeout(max(0.1, min(HELLO_TIMEOUT_S, deadline - time.monotonic())))
+    try:
+        said = receive_exactly(peer, HELLO.size)
+    except OSError:
+        said = b""
+    if len(said) < HELLO.size:
+        return -1, "it said no hello"
+    token_digest, rank = HELLO.unpack(said)
+    if not hmac.compare_digest(token_digest, digest):
+        return rank, "not this job's token"
+    if rank >= size or rank == root_rank:
+        return rank, f"rank {rank} is not one of the other ranks of a job of {size}"
+    if rank in arrived:
+        return rank, f"rank {rank} has arrived already"
+    return rank, ""
+
+
+def check_in(address: str, port: int, hello: bytes, deadline: float, where: str,
              timeout_s: float) -> None:
     # The first rank may not listen yet: try again until it does.
     while True:
@@ -97,7 +139,7 @@ def check_in(address: str, port: int, rank: int, deadline: float, where: str,
             time.sleep(RETRY_S)
     with peer:
         try:
-            peer.sendall(struct.pack("!I", rank))
+            peer.sendall(hello)
             peer.settimeout(max(1.0, deadline - time.monotonic()))
             released = receive_exactly(peer, 1)
         except TimeoutError:

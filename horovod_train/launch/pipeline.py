@@ -26,6 +26,7 @@ Standard library only: the Slurm job imports it under a bare python3."""
 import json
 import os
 import re
+import secrets
 import shlex
 import subprocess
 import sys
@@ -234,15 +235,17 @@ def start_barrier_environment(choice: network.Choice | None,
     """HVT_START_BARRIER for srun's ranks whose PMIx servers meet through
     slurmd, where Open MPI's start has no barrier across nodes
     (core/start_barrier.py): the first node's address on the chosen network
-    and the last port of HVT_PORTS (Open MPI's ranks leave it free). None on
-    one node, or without a range (where a site turned direct connections off
-    itself: set HVT_PORTS)."""
+    and the last port of HVT_PORTS (Open MPI's ranks leave it free), with a
+    new secret of the job's (HVT_START_BARRIER_TOKEN) that only its ranks
+    know. None on one node, or without a range (where a site turned direct
+    connections off itself: set HVT_PORTS)."""
     if choice is None or ports is None:
         return {}
     addresses = [iface.ip for iface in choice.networks[0].members.values() if iface and iface.ip]
     if len(addresses) < 2:
         return {}
-    return {"HVT_START_BARRIER": f"{addresses[0]}:{ports[1]}"}
+    return {"HVT_START_BARRIER": f"{addresses[0]}:{ports[1]}",
+            "HVT_START_BARRIER_TOKEN": secrets.token_hex(16)}
 
 
 def literal_controller(argv: list[str], env: dict) -> str | None:

@@ -4,6 +4,7 @@ line; the script sees sys.argv, sys.path[0] and __name__ as `python SCRIPT`
 gives them, and its exit code is the rank's; a missing script is one line."""
 
 import json
+import os
 import shlex
 import socket
 import subprocess
@@ -35,9 +36,12 @@ def test_two_ranks_meet_at_the_barrier_then_run_the_script_as_python_would(tmp_p
     # Under srun each rank has SLURM_LOCALID; mpirun's local rank stands in.
     rank = (f"SLURM_LOCALID=$OMPI_COMM_WORLD_LOCAL_RANK exec {shlex.quote(sys.executable)} "
             f"-m horovod_train.core.rank_script {shlex.quote(str(script))} --lr 0.1")
+    # The token through the environment, as the launcher hands it: -x NAME, no value.
+    env = {**os.environ, "HVT_START_BARRIER_TOKEN": "a secret of this job"}
     result = subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2",
-                             "-x", f"HVT_START_BARRIER={barrier}", "sh", "-c", rank],
-                            cwd=REPO, capture_output=True, text=True, timeout=120)
+                             "-x", f"HVT_START_BARRIER={barrier}", "-x", "HVT_START_BARRIER_TOKEN",
+                             "sh", "-c", rank],
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     said = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
     assert result.returncode == 3, result.stdout + result.stderr
     assert sorted(one["rank"] for one in said) == [0, 1], result.stdout + result.stderr

@@ -449,6 +449,12 @@ def test_slurms_pmix_leaves_ports_of_its_own_inside_a_range(tmp_path, starter, e
     assert ranks.get("SLURM_PMIX_DIRECT_CONN") == pmix
     assert ("OMPI_MCA_btl_tcp_port_min_v4" in ranks) == ("HVT_PORTS" in env)
     assert ranks.get("HVT_START_BARRIER") == barrier
+    # A new secret for each job, where there is a barrier.
+    again = pipeline.rank_environment(starter, network.decide(RENAMED, everything_answers), env)
+    assert ("HVT_START_BARRIER_TOKEN" in ranks) == (barrier is not None)
+    if barrier:
+        assert len(ranks["HVT_START_BARRIER_TOKEN"]) == 32
+        assert ranks["HVT_START_BARRIER_TOKEN"] != again["HVT_START_BARRIER_TOKEN"]
     one_node = pipeline.rank_environment(starter, None, env)
     assert "HVT_START_BARRIER" not in one_node
 
