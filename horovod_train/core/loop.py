@@ -337,7 +337,8 @@ def fit(config: RunConfig, rt, trainer: Trainer, epochs_done: int, started: floa
     training_started = time.perf_counter()  # options.TIMES_EPILOG
     phases.mark("first_step")
     stall_limit = config.horovod.stall_limit if trainer.watch_stalls else 0
-    with watchdog.watching(stall_limit, rt.rank, rt.hostname, trainer.allgather_object) as dog:
+    with watchdog.watching(stall_limit, rt.rank, rt.hostname, trainer.allgather_object,
+                           rt.network) as dog:
         for epoch in range(epochs_done, schedule.epochs):
             loss_sum, correct, count, epoch_seconds = train_one_epoch(
                 trainer, epoch, lr_at, steps_per_epoch, config, rt.is_root, dog, log)

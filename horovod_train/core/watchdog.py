@@ -18,6 +18,11 @@ So every rank runs a Watchdog thread that
 
 Only progress counts: a slow link or a slow step that still finishes is
 never taken for a dead rank, whatever the heartbeats say.
+
+Each rank's socket is on its host's address on the job's network (the
+controller's interface) where it has one, on a port of HVT_PORTS where that
+is set; rank 0 answers only heartbeats that carry the job's token, which
+rank 0 makes and the ranks share through Horovod.
 """
 
 import contextlib
@@ -34,6 +39,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from horovod_train.core import interfaces
 from horovod_train.core.distributed import first_sentence
 from horovod_train.core.errors import RunFailed, UserError, print_error
 
@@ -71,6 +77,17 @@ def host_addresses() -> tuple[str, ...]:
                 continue  # down, or no IPv4 address
             found.append(socket.inet_ntoa(answer[20:24]))
     return tuple(found)
+
+
+def network_address(network: str | None) -> str | None:
+    """This host's address on the job's network: that of the first of the
+    controller's interfaces (`network`, comma-separated names), or None
+    where it names none this host has."""
+    first = (network or "").split(",")[0].strip()
+    for iface in interfaces.local_interfaces() if first else ():
+        if iface.name == first and iface.ip:
+            return iface.ip
+    return None
 
 
 def process_start_time(pid: int) -> str:
@@ -116,7 +133,9 @@ class Watchdog:
         self.silent_after = min(SILENT_AFTER_S, limit / 2) if limit else SILENT_AFTER_S
         self.silent_seen_by_root: list[int] = []
         root = peers[0]
-        if root.hostname == peers[rank].hostname:
+        if len(root.addresses) == 1:  # it listens on the job's network alone
+            self.root_addresses = [(root.addresses[0], root.port)]
+        elif root.hostname == peers[rank].hostname:
             self.root_addresses = [("127.0.0.1", root.port)]
         else:
             self.root_addresses = [(a, root.port) for a in root.addresses if a != "127.0.0.1"]
@@ -125,15 +144,23 @@ class Watchdog:
                                         daemon=True)
 
     @classmethod
-    def start(cls, rank: int, hostname: str, limit: float, allgather_object) -> "Watchdog":
+    def start(cls, rank: int, hostname: str, limit: float, allgather_object,
+              network: str | None = None) -> "Watchdog":
         """Every rank calls this together (it allgathers): rank 0 opens the
-        port the heartbeats go to."""
+        port the heartbeats go to. `network`: the controller's interface
+        names on this host (Runtime.network)."""
+        address = network_address(network)
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        sock.bind(("0.0.0.0", 0))
+        try:
+            interfaces.in_port_range(lambda port: sock.bind((address or "0.0.0.0", port)))
+        except OSError as err:
+            sock.close()
+            raise RunFailed(f"stall watchdog: cannot listen on {address or 'any address'} "
+                            f"inside HVT_PORTS: {err.strerror or err}") from None
         sock.settimeout(HEARTBEAT_EVERY_S / 4)
+        where = (address,) if address else host_addresses()
         mine = Peer(rank, hostname, os.getpid(), process_start_time(os.getpid()),
-                    host_addresses() if rank == 0 else (),
-                    sock.getsockname()[1] if rank == 0 else 0)
+                    where if rank == 0 else (), sock.getsockname()[1] if rank == 0 else 0)
         job = secrets.token_hex(8) if rank == 0 else ""
         gathered = allgather_object((mine, job), name="watchdog")
         peers, job = [peer for peer, _ in gathered], gathered[0][1]
@@ -251,12 +278,13 @@ class Off:
 
 
 @contextlib.contextmanager
-def watching(limit: float, rank: int, hostname: str, allgather_object):
+def watching(limit: float, rank: int, hostname: str, allgather_object,
+             network: str | None = None):
     """A Watchdog for the block (all ranks enter it together); none if
     `limit` is 0. A collective that fails inside the block while some rank
     stopped answering (Gloo's timeout) ends the rank with one line naming
     that rank instead of the error, which names nobody."""
-    dog = Watchdog.start(rank, hostname, limit, allgather_object) if limit else Off()
+    dog = Watchdog.start(rank, hostname, limit, allgather_object, network) if limit else Off()
     try:
         yield dog
     except Exception as err:

@@ -3,6 +3,7 @@ rank 0 and tells a rank's process from a later one with the same pid.
 Its whole behaviour (a stopped rank, a host cut off, a slow link) is
 tested on the emulated hosts in test_stalls.py."""
 
+import socket
 
 import pytest
 
@@ -37,6 +38,29 @@ def test_with_every_rank_answering_the_line_points_outside_horovod():
 def test_rank_0_is_found_at_one_of_its_host_addresses():
     # The loopback interface always has one; the others depend on the host.
     assert "127.0.0.1" in watchdog.host_addresses()
+
+
+def test_rank_0_listens_on_the_jobs_network_inside_hvt_ports(monkeypatch):
+    """A real socket: the job's network is loopback here, the range around a
+    port that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        low = taken.getsockname()[1]
+        monkeypatch.setenv("HVT_PORTS", f"{low}-{low + 20}")
+        # Its first port is still taken: the next free one of the range.
+        dog = watchdog.Watchdog.start(0, "a", 60, lambda mine, name: [mine], network="lo")
+    try:
+        address, port = dog.sock.getsockname()
+        assert address == "127.0.0.1" and low < port <= low + 20
+        assert dog.peers[0].addresses == ("127.0.0.1",) and dog.peers[0].port == port
+    finally:
+        dog.stop()
+
+
+def test_without_a_network_rank_0_listens_everywhere():
+    assert watchdog.network_address(None) is None
+    assert watchdog.network_address("no-such-interface") is None
+    assert watchdog.network_address("lo,eth0") == "127.0.0.1"
 
 
 @pytest.mark.parametrize("value,accepted", [("0", True), ("2.5", True), ("-1", False),
