@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# Container start: check the NVIDIA driver against the image's CUDA, make
-# this node's SSH host key (never at build time, so no two containers share
-# one), install the cluster's keys from a mounted directory, start sshd on
-# the cluster's port, then run the given command.
+# Container start: check the NVIDIA driver against the image's CUDA, install
+# the cluster's keys from a mounted directory (its host key too, so that ssh
+# between the containers knows each one before it connects), start sshd on
+# the cluster's port, then run the given command. No key is in the image.
 #
 #   HVT_KEYS_DIR       where scripts/cluster_keys.sh's output is mounted
 #                      (default /etc/horovod/keys): id_ed25519,
-#                      authorized_keys, and optionally known_hosts
-#   HVT_CLUSTER_HOSTS  the cluster's host names, space-separated: ssh accepts
-#                      a new host key only for these (unless known_hosts is given)
+#                      authorized_keys, ssh_host_ed25519_key(.pub), or a
+#                      known_hosts of the site's in place of the host key
+#   HVT_CLUSTER_HOSTS  the cluster's host names, space-separated: the names
+#                      the cluster's host key is known by
 #   HVT_SSH_PORT       sshd's port (default 12345)
 #
 # The full list of the project's settings: docs/settings.md.
@@ -21,7 +22,11 @@ port=${HVT_SSH_PORT:-12345}
 # naming both, instead of torch quietly finding no GPU.
 /opt/venv/bin/python /opt/horovod-env/check_driver.py
 
-if [[ ! -f /etc/ssh/ssh_host_ed25519_key ]]; then
+if [[ -f "$keys/ssh_host_ed25519_key" ]]; then
+  install -m 600 "$keys/ssh_host_ed25519_key" /etc/ssh/ssh_host_ed25519_key
+elif [[ ! -f /etc/ssh/ssh_host_ed25519_key ]]; then
+  # Keys made before the cluster had a host key: one of this container's own
+  # (never at build time, so no two containers share one).
   ssh-keygen -q -t ed25519 -N '' -C "host-$(hostname)" -f /etc/ssh/ssh_host_ed25519_key
 fi
 
@@ -29,11 +34,15 @@ if [[ -f "$keys/authorized_keys" ]]; then
   install -d -m 700 /root/.ssh
   install -m 600 "$keys/authorized_keys" /root/.ssh/authorized_keys
   [[ -f "$keys/id_ed25519" ]] && install -m 600 "$keys/id_ed25519" /root/.ssh/id_ed25519
+  known=()
   if [[ -f "$keys/known_hosts" ]]; then
     install -m 644 "$keys/known_hosts" /root/.ssh/known_hosts
-    checking=yes
+    known=(--checking yes)
+  elif [[ -f "$keys/ssh_host_ed25519_key.pub" ]]; then
+    known=(--host-key "$keys/ssh_host_ed25519_key.pub")  # known_hosts: that key, no other
   else
-    checking=accept-new
+    echo "entrypoint: no cluster host key in $keys (scripts/cluster_keys.sh makes one): ssh takes each container's key the first time it meets it" >&2
+    known=(--checking accept-new)
   fi
   if [[ -n "${HVT_CLUSTER_HOSTS:-}" ]]; then
     # The same config as the emulated hosts' (docker/env/ssh_client.py), for
@@ -41,7 +50,7 @@ if [[ -f "$keys/authorized_keys" ]]; then
     read -ra cluster_hosts <<< "$HVT_CLUSTER_HOSTS"
     /opt/venv/bin/python /opt/horovod-env/ssh_client.py --port "$port" \
       --identity /root/.ssh/id_ed25519 --known-hosts /root/.ssh/known_hosts \
-      --checking "$checking" -- "${cluster_hosts[@]}" > /root/.ssh/config
+      "${known[@]}" -- "${cluster_hosts[@]}" > /root/.ssh/config
     chmod 600 /root/.ssh/config
   else
     echo "entrypoint: HVT_CLUSTER_HOSTS is empty: ssh will refuse hosts it does not know" >&2

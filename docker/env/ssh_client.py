@@ -1,19 +1,34 @@
 """The ssh client's config between a cluster's hosts: the cluster's port,
-user and key, host keys checked, batch mode and the keepalive. One file for
+user and key, host keys checked, batch mode and the keepalive; with the
+cluster's host key, the known_hosts that names it for each host. One file for
 the two places that write it: the image's entrypoint (docker/entrypoint.sh
 runs this file as a script, before any of the project is in the container)
 and the emulated hosts (horovod_train/emulation/cluster.py, which imports
 this file through a link in the package). Standard library only.
 
     python3 ssh_client.py --port 12345 --identity /root/.ssh/id_ed25519 \\
-        --known-hosts /root/.ssh/known_hosts --checking accept-new a b
+        --known-hosts /root/.ssh/known_hosts --host-key KEYS/ssh_host_ed25519_key.pub a b
 """
 
 import argparse
 import sys
+from pathlib import Path
 
 SSH_DEFAULT_PORT = 22
 CHECKING = ("yes", "accept-new")
+
+
+def known_host_name(name: str, port: int) -> str:
+    """A host's name in known_hosts, as ssh looks it up: bare on port 22,
+    [name]:port on any other."""
+    return name if port == SSH_DEFAULT_PORT else f"[{name}]:{port}"
+
+
+def known_hosts(names: list[str], port: int, public_key: str) -> str:
+    """One known_hosts line: the cluster's host key (`public_key`, a .pub
+    file's text) for each of the names, and no other key for them."""
+    key_type, key = public_key.split()[:2]
+    return f"{','.join(known_host_name(name, port) for name in names)} {key_type} {key}\n"
 
 
 def config(names: list[str], port: int, identity: str, known_hosts: str,
@@ -60,11 +75,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--known-hosts", required=True, help="the known_hosts file to check")
     parser.add_argument("--checking", choices=CHECKING, default="yes",
                         help="StrictHostKeyChecking (default: yes)")
+    parser.add_argument("--host-key", metavar="PUB",
+                        help="the cluster's public host key: written to --known-hosts for "
+                             "every name, and no new key is ever accepted")
     args = parser.parse_args(argv)
     if not 0 < args.port < 65536:
         parser.error(f"--port must be 1-65535, got {args.port}")
-    sys.stdout.write(config(args.names, args.port, args.identity, args.known_hosts,
-                            args.checking))
+    checking = args.checking
+    if args.host_key:
+        try:
+            line = known_hosts(args.names, args.port, Path(args.host_key).read_text())
+        except (OSError, ValueError) as err:
+            parser.error(f"--host-key {args.host_key}: {getattr(err, 'strerror', None) or err}")
+        Path(args.known_hosts).write_text(line)
+        checking = "yes"
+    sys.stdout.write(config(args.names, args.port, args.identity, args.known_hosts, checking))
     return 0
 
 

@@ -276,7 +276,7 @@ def start_plain_hosts(addresses: dict, port: int, state: Path, keys: Path) -> No
         sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"host-{host}",
            "-f", str(ssh_dir / "ssh_host_ed25519_key"))
         public = (ssh_dir / "ssh_host_ed25519_key.pub").read_text().split()[:2]
-        names = ",".join(known_host_name(name, port) for name in (host, address))
+        names = ",".join(ssh_client.known_host_name(name, port) for name in (host, address))
         known_hosts.append(f"{names} {' '.join(public)}\n")
         shutil.copy(keys / "authorized_keys", ssh_dir / "authorized_keys")
     # The image's entrypoint writes the same config (ssh_client.py is its file).
@@ -345,12 +345,6 @@ def parse_mount(text: str) -> tuple[Path, str, bool]:
     if not source.is_dir():
         raise UserError(f"--mount source {source} is not a directory")
     return source, parts[1], parts[2:] == ["ro"]
-
-
-def known_host_name(name: str, port: int) -> str:
-    """A host's name in known_hosts, as ssh looks it up: bare on port 22,
-    [name]:port on any other."""
-    return name if port == SSH_DEFAULT_PORT else f"[{name}]:{port}"
 
 
 def wait_for_ssh(hosts: list[str], state: Path, timeout_s: float = 30.0) -> None:

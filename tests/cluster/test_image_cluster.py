@@ -256,6 +256,31 @@ def test_two_ranks_in_one_container_under_the_runtimes_default_seccomp_print_no_
     assert re.search(r"Read -1, expected \d+, errno = 1", said), said
 
 
+@pytest.mark.cluster
+def test_ssh_between_containers_takes_the_clusters_host_key_and_no_other(image_cluster):
+    """Every container answers with the cluster's host key (from
+    scripts/cluster_keys.sh), which a's known_hosts names for b before any
+    connection, StrictHostKeyChecking yes; an sshd on b with a key of its
+    own, looked up under b's name and port, is refused before any login."""
+    config = run_on("a", "cat", "/root/.ssh/config").stdout
+    assert "StrictHostKeyChecking yes" in config, config
+    assert run_on("a", "ssh", "b", "true").returncode == 0
+    cluster_key = (STATE_DIR / "keys" / "ssh_host_ed25519_key.pub").read_text().split()[1]
+    served = run_on("b", "cat", "/etc/ssh/ssh_host_ed25519_key").stdout
+    assert served == (STATE_DIR / "keys" / "ssh_host_ed25519_key").read_text()
+    assert cluster_key in run_on("a", "cat", "/root/.ssh/known_hosts").stdout
+    started = run_on("b", "sh", "-c",
+                     "ssh-keygen -q -t ed25519 -N '' -f /tmp/other_host_key && "
+                     "/usr/sbin/sshd -p 2222 -h /tmp/other_host_key -o PidFile=/tmp/other.pid")
+    assert started.returncode == 0, started.stderr
+    try:
+        spoofed = run_on("a", "ssh", "-p", "2222", "-o", "HostKeyAlias=[b]:12345", "b", "true")
+    finally:
+        run_on("b", "sh", "-c", "kill $(cat /tmp/other.pid); rm -f /tmp/other_host_key*")
+    assert spoofed.returncode == 255, spoofed.stderr
+    assert "Host key verification failed." in spoofed.stderr, spoofed.stderr
+
+
 @pytest.mark.slow
 @pytest.mark.cluster
 @pytest.mark.parametrize("controller", ["mpi", "gloo"])

@@ -1,5 +1,5 @@
-"""scripts/cluster_keys.sh: one key pair per cluster, readable by its owner
-only, never replaced by accident."""
+"""scripts/cluster_keys.sh: one user key pair and one host key per cluster,
+the private keys readable by their owner only, never replaced by accident."""
 
 import stat
 import subprocess
@@ -26,6 +26,8 @@ def test_keys_are_written_with_safe_permissions(tmp_path):
     assert mode(keys / "id_ed25519") == 0o600
     assert mode(keys / "authorized_keys") == 0o600
     assert mode(keys / "id_ed25519.pub") == 0o644
+    assert mode(keys / "ssh_host_ed25519_key") == 0o600
+    assert mode(keys / "ssh_host_ed25519_key.pub") == 0o644
     public = (keys / "id_ed25519.pub").read_text().strip()
     # The nodes accept this key only, and only to run commands.
     assert (keys / "authorized_keys").read_text() == f"restrict {public}\n"
@@ -38,6 +40,7 @@ def test_existing_keys_are_kept_unless_forced(tmp_path):
     keys = tmp_path / "keys"
     assert make_keys(keys).returncode == 0
     private = (keys / "id_ed25519").read_bytes()
+    host = (keys / "ssh_host_ed25519_key").read_bytes()
 
     refused = make_keys(keys)
     assert refused.returncode == 2  # bad input: --force was not given
@@ -48,6 +51,7 @@ def test_existing_keys_are_kept_unless_forced(tmp_path):
     forced = make_keys(keys, "--force")
     assert forced.returncode == 0, forced.stderr
     assert (keys / "id_ed25519").read_bytes() != private
+    assert (keys / "ssh_host_ed25519_key").read_bytes() != host
     assert mode(keys / "id_ed25519") == 0o600
 
 
