@@ -22,21 +22,27 @@ port=${HVT_SSH_PORT:-12345}
 # naming both, instead of torch quietly finding no GPU.
 /opt/venv/bin/python /opt/horovod-env/check_driver.py
 
+# Every ssh file of the cluster's lives here, and nowhere else: no home is
+# written (under Apptainer, root's home may be the user's own, shared one).
+# sshd reads its host key (-h, below) and the authorized keys here (docker/sshd_config),
+# ssh its config (docker/ssh_config includes it).
+ssh_dir=/run/hvt-ssh
+install -d -m 700 "$ssh_dir"
+
 if [[ -f "$keys/ssh_host_ed25519_key" ]]; then
-  install -m 600 "$keys/ssh_host_ed25519_key" /etc/ssh/ssh_host_ed25519_key
-elif [[ ! -f /etc/ssh/ssh_host_ed25519_key ]]; then
+  install -m 600 "$keys/ssh_host_ed25519_key" "$ssh_dir/ssh_host_ed25519_key"
+elif [[ ! -f "$ssh_dir/ssh_host_ed25519_key" ]]; then
   # Keys made before the cluster had a host key: one of this container's own
   # (never at build time, so no two containers share one).
-  ssh-keygen -q -t ed25519 -N '' -C "host-$(hostname)" -f /etc/ssh/ssh_host_ed25519_key
+  ssh-keygen -q -t ed25519 -N '' -C "host-$(hostname)" -f "$ssh_dir/ssh_host_ed25519_key"
 fi
 
 if [[ -f "$keys/authorized_keys" ]]; then
-  install -d -m 700 /root/.ssh
-  install -m 600 "$keys/authorized_keys" /root/.ssh/authorized_keys
-  [[ -f "$keys/id_ed25519" ]] && install -m 600 "$keys/id_ed25519" /root/.ssh/id_ed25519
+  install -m 600 "$keys/authorized_keys" "$ssh_dir/authorized_keys"
+  [[ -f "$keys/id_ed25519" ]] && install -m 600 "$keys/id_ed25519" "$ssh_dir/id_ed25519"
   known=()
   if [[ -f "$keys/known_hosts" ]]; then
-    install -m 644 "$keys/known_hosts" /root/.ssh/known_hosts
+    install -m 644 "$keys/known_hosts" "$ssh_dir/known_hosts"
     known=(--checking yes)
   elif [[ -f "$keys/ssh_host_ed25519_key.pub" ]]; then
     known=(--host-key "$keys/ssh_host_ed25519_key.pub")  # known_hosts: that key, no other
@@ -49,9 +55,9 @@ if [[ -f "$keys/authorized_keys" ]]; then
     # each name of the list (split on spaces, never expanded as a pattern).
     read -ra cluster_hosts <<< "$HVT_CLUSTER_HOSTS"
     /opt/venv/bin/python /opt/horovod-env/ssh_client.py --port "$port" \
-      --identity /root/.ssh/id_ed25519 --known-hosts /root/.ssh/known_hosts \
-      "${known[@]}" -- "${cluster_hosts[@]}" > /root/.ssh/config
-    chmod 600 /root/.ssh/config
+      --identity "$ssh_dir/id_ed25519" --known-hosts "$ssh_dir/known_hosts" \
+      "${known[@]}" -- "${cluster_hosts[@]}" > "$ssh_dir/config"
+    chmod 600 "$ssh_dir/config"
   else
     echo "entrypoint: HVT_CLUSTER_HOSTS is empty: ssh will refuse hosts it does not know" >&2
   fi
@@ -59,7 +65,7 @@ if [[ -f "$keys/authorized_keys" ]]; then
   # In the foreground of a process of its own (-D), logging to the
   # container's output (-e): each login, each refusal. What follows starts
   # once it listens.
-  /usr/sbin/sshd -D -e -p "$port" &
+  /usr/sbin/sshd -D -e -p "$port" -h "$ssh_dir/ssh_host_ed25519_key" &
   for _ in $(seq 100); do
     (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
     sleep 0.1

@@ -6,8 +6,8 @@ runs this file as a script, before any of the project is in the container)
 and the emulated hosts (horovod_train/emulation/cluster.py, which imports
 this file through a link in the package). Standard library only.
 
-    python3 ssh_client.py --port 12345 --identity /root/.ssh/id_ed25519 \\
-        --known-hosts /root/.ssh/known_hosts --host-key KEYS/ssh_host_ed25519_key.pub a b
+    python3 ssh_client.py --port 12345 --identity /run/hvt-ssh/id_ed25519 \\
+        --known-hosts /run/hvt-ssh/known_hosts --host-key KEYS/ssh_host_ed25519_key.pub a b
 """
 
 import argparse

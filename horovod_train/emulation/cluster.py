@@ -294,6 +294,7 @@ def start_plain_hosts(addresses: dict, port: int, state: Path, keys: Path) -> No
         # The nodes' sshd_config, with this host's files in place of root's.
         sh(*enter_command(host, state, [
             "/usr/sbin/sshd", "-f", str(SSHD_CONFIG), "-p", str(port), "-E", str(log),
+            "-h", "/etc/ssh/ssh_host_ed25519_key",
             "-o", "AuthorizedKeysFile=/etc/ssh/authorized_keys",
             "-o", "PidFile=/etc/ssh/sshd.pid"]))
 

@@ -264,11 +264,10 @@ def horovodrun_options(allocation: Allocation, settings: Settings) -> list[str]:
 def apptainer_exec(settings: Settings, mounts: list[str], environment: dict | None = None,
                    sshd: bool = False) -> list[str]:
     # --nv: the node's NVIDIA driver and GPUs in the container. With sshd,
-    # --fakeroot --writable-tmpfs: the entrypoint writes root's ssh files and
-    # a host key, and sshd runs as root, inside the container only; --no-home:
-    # Apptainer would bind the user's home there (at /root under --fakeroot),
-    # and the entrypoint's files would replace the user's own ~/.ssh on every
-    # node that shares it.
+    # --fakeroot --writable-tmpfs: the entrypoint writes its ssh files
+    # (/run/hvt-ssh) and sshd runs as root, inside the container only;
+    # --no-home: Apptainer would bind the user's shared home at /root under
+    # --fakeroot, and its ~/.ssh/config would steer the job's ssh.
     return ["apptainer", "exec", "--nv",
             *(["--fakeroot", "--writable-tmpfs", "--no-home"] if sshd else []),
             "--pwd", IMAGE_WORKDIR, *[flag for mount in mounts for flag in ("--bind", mount)],

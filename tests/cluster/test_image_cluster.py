@@ -262,13 +262,13 @@ def test_ssh_between_containers_takes_the_clusters_host_key_and_no_other(image_c
     scripts/cluster_keys.sh), which a's known_hosts names for b before any
     connection, StrictHostKeyChecking yes; an sshd on b with a key of its
     own, looked up under b's name and port, is refused before any login."""
-    config = run_on("a", "cat", "/root/.ssh/config").stdout
+    config = run_on("a", "cat", "/run/hvt-ssh/config").stdout
     assert "StrictHostKeyChecking yes" in config, config
     assert run_on("a", "ssh", "b", "true").returncode == 0
     cluster_key = (STATE_DIR / "keys" / "ssh_host_ed25519_key.pub").read_text().split()[1]
-    served = run_on("b", "cat", "/etc/ssh/ssh_host_ed25519_key").stdout
+    served = run_on("b", "cat", "/run/hvt-ssh/ssh_host_ed25519_key").stdout
     assert served == (STATE_DIR / "keys" / "ssh_host_ed25519_key").read_text()
-    assert cluster_key in run_on("a", "cat", "/root/.ssh/known_hosts").stdout
+    assert cluster_key in run_on("a", "cat", "/run/hvt-ssh/known_hosts").stdout
     started = run_on("b", "sh", "-c",
                      "ssh-keygen -q -t ed25519 -N '' -f /tmp/other_host_key && "
                      "/usr/sbin/sshd -p 2222 -h /tmp/other_host_key -o PidFile=/tmp/other.pid")
@@ -279,6 +279,31 @@ def test_ssh_between_containers_takes_the_clusters_host_key_and_no_other(image_c
         run_on("b", "sh", "-c", "kill $(cat /tmp/other.pid); rm -f /tmp/other_host_key*")
     assert spoofed.returncode == 255, spoofed.stderr
     assert "Host key verification failed." in spoofed.stderr, spoofed.stderr
+
+
+USERS_SSH_FILES = ("config", "id_ed25519", "known_hosts", "authorized_keys")
+
+
+@pytest.mark.cluster
+def test_the_entrypoint_leaves_a_home_that_holds_the_users_own_ssh_files(image_cluster):
+    """Apptainer may bind the user's home at /root: the entrypoint, run
+    again on b with the user's own ssh files there, leaves each byte of them
+    and keeps its own files in /run/hvt-ssh."""
+    users = "".join(f"the user's {name}\n" for name in USERS_SSH_FILES)
+    run_on("b", "sh", "-c", "mkdir -p /root/.ssh && for f in " + " ".join(USERS_SSH_FILES)
+           + "; do echo \"the user's $f\" > /root/.ssh/$f; done")
+    try:
+        # A second sshd, on a port of its own, logging to a file: the first
+        # one keeps serving the cluster.
+        again = run_on("b", "sh", "-c", "HVT_SSH_PORT=2223 /usr/local/bin/entrypoint.sh "
+                       "echo started > /tmp/entrypoint.log 2>&1; cat /tmp/entrypoint.log")
+        assert again.returncode == 0 and again.stdout.endswith("started\n"), again
+        kept = run_on("b", "sh", "-c", "cd /root/.ssh && cat " + " ".join(USERS_SSH_FILES))
+        assert kept.stdout == users
+        assert run_on("b", "ls", "/run/hvt-ssh").stdout.split() == [
+            "authorized_keys", "config", "id_ed25519", "known_hosts", "ssh_host_ed25519_key"]
+    finally:
+        run_on("b", "sh", "-c", "pkill -f '[-]p 2223 -h'; rm -rf /root/.ssh")
 
 
 @pytest.mark.slow

@@ -219,8 +219,8 @@ def problems(job):
         found.append("the launcher may start before the workers' sshd listens")
 
     # Keys: the Secret from cluster_keys.sh's files, at the entrypoint's
-    # keys directory; the operator's own key mount away from /root/.ssh,
-    # where the entrypoint writes.
+    # keys directory; the operator's own key mount away from the directory
+    # the entrypoint writes its ssh files to.
     keys_dir = re.search(r"keys=\$\{HVT_KEYS_DIR:-([^}]+)\}", ENTRYPOINT).group(1)
     kubectl = secret_command()
     secret_name = kubectl[kubectl.index("generic") + 1]
@@ -240,8 +240,9 @@ def problems(job):
         missing = [k for k in items if f'"$keys/{k}"' not in ENTRYPOINT]
         if missing:
             found.append(f"{kind}: the entrypoint does not read {missing}")
-    ssh_mount = spec.get("sshAuthMountPath", "/root/.ssh")
-    if ssh_mount.rstrip("/") in ("/root/.ssh", keys_dir) or ssh_mount.startswith("/root/.ssh/"):
+    ssh_dir = re.search(r"^ssh_dir=(\S+)$", ENTRYPOINT, re.M).group(1)
+    ssh_mount = spec.get("sshAuthMountPath", "/root/.ssh").rstrip("/")
+    if any(ssh_mount == d or d.startswith(ssh_mount + "/") for d in (ssh_dir, keys_dir)):
         found.append(f"sshAuthMountPath {ssh_mount} hides the entrypoint's SSH files")
 
     # /dev/shm: memory, not the container's 64 MiB default.
@@ -382,7 +383,7 @@ def _env(kind, name, value):
     (lambda job: _args(job, "/data", "/dataset"), "--data-dir /dataset is not mounted"),
     (lambda job: _args(job, "/etc/mpi/hostfile", "/etc/hostfile"), "--hostfile /etc/hostfile"),
     (lambda job: container(job, "Worker").pop("command"), "Worker does not start with"),
-    (_set(["spec", "sshAuthMountPath"], "/root/.ssh"), "sshAuthMountPath /root/.ssh"),
+    (_set(["spec", "sshAuthMountPath"], "/run"), "sshAuthMountPath /run hides"),
     (_set(["spec", "launcherCreationPolicy"], "AtStartup"), "before the workers' sshd"),
     (lambda job: volume_for(job, "Worker", "/dev/shm")["emptyDir"].pop("medium"),
      "/dev/shm on the workers is not a memory emptyDir"),
@@ -442,7 +443,8 @@ def test_secret_holds_the_files_cluster_keys_writes(tmp_path):
         key, path = spec.split("=", 1)
         assert path == f"cluster-keys/{key}"
         assert (tmp_path / path).is_file(), f"cluster_keys.sh wrote no {path}"
-    assert {f.split("=")[0] for f in from_files} == {"id_ed25519", "authorized_keys"}
+    assert {f.split("=")[0] for f in from_files} == {
+        "id_ed25519", "authorized_keys", "ssh_host_ed25519_key", "ssh_host_ed25519_key.pub"}
 
 
 def test_documented_kubectl_command_makes_the_secret_the_pods_mount(tmp_path):
@@ -463,30 +465,40 @@ def test_documented_kubectl_command_makes_the_secret_the_pods_mount(tmp_path):
 
 def test_ssh_config_the_entrypoint_writes_reaches_the_hostfile_names(tmp_path):
     """The entrypoint's ssh client config, written as it writes it with the
-    launcher's HVT_CLUSTER_HOSTS and HVT_SSH_PORT, gives ssh the workers' port and the
-    cluster's key for every name in the operator's hostfile (ssh -G prints
-    the settings ssh would use, without connecting)."""
+    launcher's HVT_CLUSTER_HOSTS and HVT_SSH_PORT and the Secret's host key,
+    gives ssh the workers' port and the cluster's key for every name in the
+    operator's hostfile, and the cluster's host key as the one each name must
+    show (ssh -G prints the settings ssh would use, without connecting;
+    ssh-keygen -F finds a name's known key)."""
     if shutil.which("ssh") is None:
         pytest.skip("needs the ssh client")
     assert "/opt/horovod-env/ssh_client.py" in ENTRYPOINT
+    keys = tmp_path / "keys"
+    subprocess.run([str(REPO / "scripts" / "cluster_keys.sh"), str(keys)], check=True,
+                   capture_output=True, timeout=60)
     launcher = env(MANIFEST, "Launcher")
+    known_hosts = tmp_path / "known_hosts"
     written = subprocess.run(
         [sys.executable, str(REPO / "docker" / "env" / "ssh_client.py"),
-         "--port", launcher["HVT_SSH_PORT"], "--identity", "/root/.ssh/id_ed25519",
-         "--known-hosts", "/root/.ssh/known_hosts", "--checking", "accept-new",
+         "--port", launcher["HVT_SSH_PORT"], "--identity", "/run/hvt-ssh/id_ed25519",
+         "--known-hosts", str(known_hosts), "--host-key", str(keys / "ssh_host_ed25519_key.pub"),
          *launcher["HVT_CLUSTER_HOSTS"].split()],
         capture_output=True, text=True, timeout=30)
     assert written.returncode == 0, written.stderr
     config = tmp_path / "config"
     config.write_text(written.stdout)
+    host_key = (keys / "ssh_host_ed25519_key.pub").read_text().split()[1]
     for host in operator_hostnames(MANIFEST) + operator_hostnames(MANIFEST, "training"):
         run = subprocess.run(["ssh", "-G", "-F", str(config), host],
                              capture_output=True, text=True, timeout=30)
         assert run.returncode == 0, run.stderr
         settings = dict(line.split(" ", 1) for line in run.stdout.splitlines() if " " in line)
         assert settings["port"] == launcher["HVT_SSH_PORT"] == "12345"
-        assert settings["identityfile"] == "/root/.ssh/id_ed25519"
-        assert settings["stricthostkeychecking"] == "accept-new"
+        assert settings["identityfile"] == "/run/hvt-ssh/id_ed25519"
+        assert settings["stricthostkeychecking"] == "true"
+        known = subprocess.run(["ssh-keygen", "-F", f"[{host}]:12345", "-f", str(known_hosts)],
+                               capture_output=True, text=True, timeout=30)
+        assert host_key in known.stdout, (host, known.stdout)
 
 
 # --- (d) the InfiniBand/RoCE variant: kubectl kustomize docker/k8s -------------
