@@ -27,6 +27,10 @@ SHELL_READ = re.compile(r'\$\{([A-Z][A-Z0-9_]*)(?::?[-=+?][^}]*)?\}')
 # environment: only the ones with the project's prefix are its settings.
 DOCKERFILE_READ = re.compile(rf"^ARG ({PREFIX}[A-Z0-9_]*)\b", re.M)
 
+# The project's patches to Horovod read its settings in Python and C++: their
+# added lines.
+PATCH_READ = re.compile(r"""^\+.*?(?:\b(?:environ|env)\.get\(\s*|\bgetenv\()['"]({0}[A-Z0-9_]*)['"]"""
+                        .format(PREFIX), re.M)
 # The tests read their own settings with os.environ.get; the other forms, in
 # a test, build or check a program's environment.
 TESTS_READ = re.compile(r'\bos\.environ\.get\(\s*"([A-Z][A-Z0-9_]*)"')
@@ -40,9 +44,11 @@ def names_read() -> dict[str, set[str]]:
                            text=True, check=True).stdout.split()
     found: dict[str, set[str]] = {}
     for name in files:
-        if name.startswith("benchmarks/results/") or name.endswith(".patch"):
+        if name.startswith("benchmarks/results/"):
             continue
-        if "Dockerfile" in name:
+        if name.endswith(".patch"):
+            pattern = PATCH_READ
+        elif "Dockerfile" in name:
             pattern = DOCKERFILE_READ
         elif name.startswith("tests/"):
             pattern = TESTS_READ
