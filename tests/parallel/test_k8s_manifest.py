@@ -501,6 +501,21 @@ def test_ssh_config_the_entrypoint_writes_reaches_the_hostfile_names(tmp_path):
         assert host_key in known.stdout, (host, known.stdout)
 
 
+def test_the_network_policy_admits_the_jobs_pods_alone():
+    """docker/k8s/networkpolicy.yaml: valid, selecting the launcher's and the
+    workers' pods by the label both carry, admitting traffic from those pods
+    and no others."""
+    policy = yaml.safe_load((MANIFEST_FILE.parent / "networkpolicy.yaml").read_text())
+    kubernetes_validate.validate(policy, K8S_VERSIONS[-1], strict=True)
+    selector = policy["spec"]["podSelector"]["matchLabels"]
+    for kind in ("Launcher", "Worker"):
+        labels = MANIFEST["spec"]["mpiReplicaSpecs"][kind]["template"]["metadata"]["labels"]
+        assert selector.items() <= labels.items(), (kind, labels)
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    assert policy["spec"]["ingress"] == [{"from": [{"podSelector": {"matchLabels": selector}}]}]
+    assert "kubectl apply -f docker/k8s/networkpolicy.yaml" in MANIFEST_FILE.read_text()
+
+
 # --- (d) the InfiniBand/RoCE variant: kubectl kustomize docker/k8s -------------
 
 RDMA_RESOURCE = "rdma/rdma_shared_device_a"  # docker/k8s/rdma/worker-rdma.yaml's
@@ -516,8 +531,8 @@ def rdma_job():
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     documents = list(yaml.safe_load_all(run.stdout))
-    assert len(documents) == 1, [d.get("kind") for d in documents]
-    return documents[0]
+    assert sorted(d.get("kind") for d in documents) == ["MPIJob", "NetworkPolicy"], documents
+    return next(d for d in documents if d["kind"] == "MPIJob")
 
 
 def without_rdma(job):
