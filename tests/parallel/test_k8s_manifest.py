@@ -250,6 +250,15 @@ def problems(job):
     if shm is None or shm.get("emptyDir", {}).get("medium") != "Memory":
         found.append(f"/dev/shm on the workers is not a memory emptyDir: {shm}")
 
+    # No API token, and the runtime's default seccomp filter, in every pod.
+    for kind in ("Launcher", "Worker"):
+        pod = replica(job, kind)["template"]["spec"]
+        if pod.get("automountServiceAccountToken") is not False:
+            found.append(f"{kind}: the pods mount a service account token")
+        if pod.get("securityContext", {}).get("seccompProfile", {}).get("type") != \
+                "RuntimeDefault":
+            found.append(f"{kind}: no RuntimeDefault seccomp profile")
+
     # Pod names: the operator's validation wants DNS-1035 labels.
     for host in operator_hostnames(job):
         label = host.split(".")[0]
@@ -385,6 +394,10 @@ def _env(kind, name, value):
     (lambda job: container(job, "Worker").pop("command"), "Worker does not start with"),
     (_set(["spec", "sshAuthMountPath"], "/run"), "sshAuthMountPath /run hides"),
     (_set(["spec", "launcherCreationPolicy"], "AtStartup"), "before the workers' sshd"),
+    (_set(["spec", "mpiReplicaSpecs", "Worker", "template", "spec",
+           "automountServiceAccountToken"], True), "Worker: the pods mount a service account"),
+    (_set(["spec", "mpiReplicaSpecs", "Launcher", "template", "spec", "securityContext"], {}),
+     "Launcher: no RuntimeDefault seccomp profile"),
     (lambda job: volume_for(job, "Worker", "/dev/shm")["emptyDir"].pop("medium"),
      "/dev/shm on the workers is not a memory emptyDir"),
     (lambda job: volume_for(job, "Worker", "/etc/horovod/keys")["secret"]["items"].append(
