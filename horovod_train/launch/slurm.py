@@ -217,7 +217,7 @@ def check_gpu_build(settings: Settings, env: dict, cpu_only: bool, node: str) ->
     node without GPUs) in a job given GPUs: one line before anything
     starts, not a crash at the first GPU tensor. Images carry their own."""
     gpus = allocated_gpus(env)
-    if settings.runtime != "venv" or cpu_only or gpus is None:
+    if settings.in_container or cpu_only or gpus is None:
         return
     # No record (not built by setup.sh): the ranks' own checks apply.
     if gpu_rules.build_record(settings.checkout / ".venv").get("gpu_ops") == "none":

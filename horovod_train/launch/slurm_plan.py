@@ -52,6 +52,21 @@ class Settings:
     num_proc: int | None = None  # None: every task of the job
     preflight: bool = False  # HVT_PREFLIGHT: the nodes checked before the ranks start
 
+    @property
+    def in_container(self) -> bool:
+        return self.runtime != "venv"
+
+    @property
+    def python(self) -> str:
+        """The Python that runs the job's program on the nodes: the image's,
+        or the checkout's venv's."""
+        return IMAGE_PYTHON if self.in_container else str(venv_bin(self.checkout) / "python")
+
+
+def venv_bin(checkout: Path) -> Path:
+    """The checkout's venv's programs (its Python, horovodrun)."""
+    return checkout / ".venv" / "bin"
+
 
 def parse_flag(name: str, text: str | None) -> bool:
     value = (text or "").strip().lower()
@@ -115,7 +130,7 @@ def make_settings(launcher: str = "srun", runtime: str = "venv", image: str | No
             raise UserError(f"HVT_NUM_PROC={num_proc}: want a number of ranks, at least 1")
         ranks = int(num_proc)
     checkout = Path(checkout or os.getcwd()).resolve()
-    horovodrun = checkout / ".venv" / "bin" / "horovodrun"
+    horovodrun = venv_bin(checkout) / "horovodrun"
     if not container and not horovodrun.exists():
         raise UserError(f"no {horovodrun}: run scripts/setup.sh in the checkout, and submit "
                         "from it (or set HVT_TRAIN_DIR)")
@@ -189,8 +204,7 @@ def job_program(job_args: list[str], settings: Settings) -> Program:
     if program.module:
         return program
     script = settings.checkout / program.target  # an absolute target stays itself
-    container = settings.runtime != "venv"
-    if not script.is_file() and not (container and Path(program.target).is_absolute()):
+    if not script.is_file() and not (settings.in_container and Path(program.target).is_absolute()):
         # An absolute path in a container may be the image's own, or a mount's.
         raise UserError(f"{program.target}: no such script"
                         + ("" if Path(program.target).is_absolute()
@@ -299,8 +313,7 @@ def srun_in_runtime(settings: Settings, srun_options: list[str], argv: list[str]
 
 def make_plan(allocation: Allocation, settings: Settings, job_args: list[str]) -> Plan:
     program = with_resume(job_program(job_args, settings), settings, allocation.restarts)
-    container = settings.runtime != "venv"
-    python = IMAGE_PYTHON if container else str(settings.checkout / ".venv" / "bin" / "python")
+    container, python = settings.in_container, settings.python
     cwd = None if container else str(settings.checkout)
     check = srun_in_runtime(settings, ["--nodes=1", "--ntasks=1", "--mpi=none"],
                             [python, *program.words("--check-options")]) \
@@ -319,9 +332,8 @@ def make_plan(allocation: Allocation, settings: Settings, job_args: list[str]) -
 
     options = horovodrun_options(allocation, settings)
     if not container:
-        venv = settings.checkout / ".venv" / "bin"
-        return Plan([str(venv / "horovodrun"), *options, python, *program.words()],
-                    check, cwd, probe)
+        return Plan([str(venv_bin(settings.checkout) / "horovodrun"), *options, python,
+                     *program.words()], check, cwd, probe)
 
     first, others = allocation.nodes[0], allocation.nodes[1:]
     environment = {"HVT_CLUSTER_HOSTS": " ".join(allocation.nodes),

@@ -223,10 +223,9 @@ def main() -> int:
     # The trainer's options too, here, where the job would find a mistake only
     # after its wait in the queue (the checkout's venv; an image's Python is
     # the nodes').
-    if program.checked and settings.runtime == "venv":
-        python = settings.checkout / ".venv" / "bin" / "python"
+    if program.checked and not settings.in_container:
         slurm.check_launcher_options(pipeline.check_trainer(
-            [str(python), *program.words("--check-options")], settings.checkout), settings)
+            [settings.python, *program.words("--check-options")], settings.checkout), settings)
     if submitit is None:
         raise UserError("submitit is not installed: pip install submitit "
                         "(scripts/setup.sh installs it)")
