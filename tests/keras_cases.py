@@ -127,10 +127,49 @@ def fit_with_callbacks() -> None:
                              f"{lr * hvd.size()}")
 
 
+def sync_batch_norm_takes_every_ranks_batch() -> None:
+    """One training step of hvd.SyncBatchNormalization on each rank's own
+    batch: the moving statistics move toward the mean and variance of all
+    ranks' inputs together, the same on every rank."""
+    norm = hvd.SyncBatchNormalization(momentum=0.0, epsilon=0.0)
+    images, _ = batch(500 + hvd.rank())
+    norm(tf.constant(images), training=True)
+    together = np.concatenate(hvd.allgather_object(images))
+    np.testing.assert_allclose(np.asarray(norm.moving_mean), together.mean(axis=0),
+                               rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(norm.moving_variance), together.var(axis=0),
+                               rtol=1e-4, atol=1e-5)
+
+
+def partial_tape_keeps_local_layers_local() -> None:
+    """PartialDistributedGradientTape: the local layer's gradients stay the
+    rank's own (scaled by 1/size), the others are averaged."""
+    model = model_of_rank(9)
+    images, labels = batch(600 + hvd.rank())
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    with tf.GradientTape() as tape:
+        loss = loss_fn(labels, model(images, training=True))
+    local = [g.numpy() for g in tape.gradient(loss, model.trainable_variables)]
+    with tf.GradientTape() as tape:
+        loss = loss_fn(labels, model(images, training=True))
+    out_layer = model.get_layer("out")
+    tape = hvd.PartialDistributedGradientTape(tape, local_layers=[out_layer])
+    got = [g.numpy() for g in tape.gradient(loss, model.trainable_variables)]
+    local_ids = {id(v) for v in out_layer.trainable_weights}
+    for i, (v, g, own) in enumerate(zip(model.trainable_variables, got, local, strict=True)):
+        if id(v) in local_ids:
+            np.testing.assert_allclose(g, own / hvd.size(), rtol=1e-5, atol=1e-7)
+        else:
+            mean = hvd.allreduce(tf.constant(own), op=hvd.Average, name=f"partial.{i}").numpy()
+            np.testing.assert_allclose(g, mean, rtol=1e-5, atol=1e-7)
+
+
 CASES = {
     "broadcast": broadcast_model_and_optimizer,
     "gradient-tape": gradient_tape_averages,
     "fit": fit_with_callbacks,
+    "sync-batch-norm": sync_batch_norm_takes_every_ranks_batch,
+    "partial-tape": partial_tape_keeps_local_layers_local,
 }
 
 
