@@ -164,12 +164,29 @@ def partial_tape_keeps_local_layers_local() -> None:
             np.testing.assert_allclose(g, mean, rtol=1e-5, atol=1e-7)
 
 
+def broadcast_leaves_local_variables() -> None:
+    """BroadcastGlobalVariablesCallback(local_variables=...): after the first
+    batch every variable is rank 0's but the local one, which stays the
+    rank's own (a learning rate of 0 keeps the weights where they were)."""
+    model = model_of_rank(700 + hvd.rank())
+    own = model.get_layer("out").kernel
+    before = np.asarray(own.numpy())
+    model.compile(optimizer=keras.optimizers.SGD(0.0),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    images, labels = batch(800, n=16)
+    model.fit(images, labels, batch_size=16, epochs=1, verbose=0, callbacks=[
+        hvd_keras.callbacks.BroadcastGlobalVariablesCallback(0, local_variables=[own])])
+    same_on_every_rank([v for v in model.variables if v is not own], "broadcast model")
+    np.testing.assert_array_equal(np.asarray(own.numpy()), before)
+
+
 CASES = {
     "broadcast": broadcast_model_and_optimizer,
     "gradient-tape": gradient_tape_averages,
     "fit": fit_with_callbacks,
     "sync-batch-norm": sync_batch_norm_takes_every_ranks_batch,
     "partial-tape": partial_tape_keeps_local_layers_local,
+    "local-variables": broadcast_leaves_local_variables,
 }
 
 

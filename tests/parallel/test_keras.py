@@ -9,7 +9,9 @@ tape ("'Variable' object has no attribute 'ref'"), fit with the callbacks
 Keras 3 patch once failed hvd.DistributedOptimizer ("module
 'tf_keras.api._v2.keras' has no attribute '__version__'"). On Keras 3,
 hvd.SyncBatchNormalization failed at its construction ("Unrecognized keyword
-arguments ... {'fused': False}"), then never moved its statistics."""
+arguments ... {'fused': False}"), then never moved its statistics, and the
+broadcast callback refused Keras 3 variables as local ones ("All local
+variables must be of tf.Variable type.")."""
 
 import os
 import subprocess
@@ -51,5 +53,6 @@ def test_broadcast_gradient_tape_and_fit_with_the_callbacks(tmp_path, keras):
         capture_output=True, text=True, timeout=300)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
-    for case in ("broadcast", "gradient-tape", "fit", "sync-batch-norm", "partial-tape"):
+    for case in ("broadcast", "gradient-tape", "fit", "sync-batch-norm", "partial-tape",
+                 "local-variables"):
         assert f"CASE {case} ok (keras {keras}" in output, output[-4000:]

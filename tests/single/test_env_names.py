@@ -29,8 +29,8 @@ DOCKERFILE_READ = re.compile(rf"^ARG ({PREFIX}[A-Z0-9_]*)\b", re.M)
 
 # The project's patches to Horovod read its settings in Python and C++: their
 # added lines.
-PATCH_READ = re.compile(r"""^\+.*?(?:\b(?:environ|env)\.get\(\s*|\bgetenv\()['"]({0}[A-Z0-9_]*)['"]"""
-                        .format(PREFIX), re.M)
+PATCH_READ = re.compile(r"^\+.*?(?:\b(?:environ|env)\.get\(\s*|\bgetenv\()['\"]("
+                        + PREFIX + r"[A-Z0-9_]*)['\"]", re.M)
 # The tests read their own settings with os.environ.get; the other forms, in
 # a test, build or check a program's environment.
 TESTS_READ = re.compile(r'\bos\.environ\.get\(\s*"([A-Z][A-Z0-9_]*)"')
