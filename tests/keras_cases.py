@@ -78,18 +78,28 @@ def broadcast_model_and_optimizer() -> None:
     same_on_every_rank(optimizer_variables(optimizer), "optimizer")
 
 
+def own_and_distributed_gradients(model, seed: int, distributed) -> tuple[list, list]:
+    """The gradients of one batch of this rank's (`seed`): the rank's own,
+    and those of the tape that `distributed` makes of a plain one."""
+    images, labels = batch(seed + hvd.rank())
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    found = []
+    for wrap in (lambda tape: tape, distributed):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(labels, model(images, training=True))
+        found.append([g.numpy() for g in wrap(tape).gradient(loss, model.trainable_variables)])
+    return found[0], found[1]
+
+
 def gradient_tape_averages() -> None:
     model = model_of_rank(7)  # the same weights on every rank
-    images, labels = batch(200 + hvd.rank())
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    with tf.GradientTape() as tape:
-        loss = loss_fn(labels, model(images, training=True))
-    local = [g.numpy() for g in tape.gradient(loss, model.trainable_variables)]
-    with tf.GradientTape() as tape:
-        loss = loss_fn(labels, model(images, training=True))
-    tape = hvd.DistributedGradientTape(tape)
-    tape.register_local_source(model.trainable_variables[0])
-    averaged = [g.numpy() for g in tape.gradient(loss, model.trainable_variables)]
+
+    def distributed(tape):
+        tape = hvd.DistributedGradientTape(tape)
+        tape.register_local_source(model.trainable_variables[0])
+        return tape
+
+    local, averaged = own_and_distributed_gradients(model, 200, distributed)
     # The local source's gradient is this rank's, scaled by 1/size; every
     # other one is the mean of the ranks'.
     np.testing.assert_allclose(averaged[0], local[0] / hvd.size(), rtol=1e-5, atol=1e-7)
@@ -145,16 +155,10 @@ def partial_tape_keeps_local_layers_local() -> None:
     """PartialDistributedGradientTape: the local layer's gradients stay the
     rank's own (scaled by 1/size), the others are averaged."""
     model = model_of_rank(9)
-    images, labels = batch(600 + hvd.rank())
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    with tf.GradientTape() as tape:
-        loss = loss_fn(labels, model(images, training=True))
-    local = [g.numpy() for g in tape.gradient(loss, model.trainable_variables)]
-    with tf.GradientTape() as tape:
-        loss = loss_fn(labels, model(images, training=True))
     out_layer = model.get_layer("out")
-    tape = hvd.PartialDistributedGradientTape(tape, local_layers=[out_layer])
-    got = [g.numpy() for g in tape.gradient(loss, model.trainable_variables)]
+    local, got = own_and_distributed_gradients(
+        model, 600, lambda tape: hvd.PartialDistributedGradientTape(tape,
+                                                                    local_layers=[out_layer]))
     local_ids = {id(v) for v in out_layer.trainable_weights}
     for i, (v, g, own) in enumerate(zip(model.trainable_variables, got, local, strict=True)):
         if id(v) in local_ids:
