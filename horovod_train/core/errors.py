@@ -129,7 +129,17 @@ def exit_now(code: int) -> None:
     # What Python's own exit does first, in its order (private names, in
     # every Python 3).
     threading._shutdown()
-    atexit._run_exitfuncs()
+    # A run that failed has said why in its one line; an exit handler that
+    # then fails because of it (MXNet's, once Horovod has shut down) would
+    # add a traceback that says nothing more (atexit reports it through
+    # sys.unraisablehook).
+    hook = sys.unraisablehook
+    if code:
+        sys.unraisablehook = lambda unraisable: None
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        sys.unraisablehook = hook
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

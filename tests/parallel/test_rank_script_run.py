@@ -12,12 +12,15 @@ import sys
 
 from conftest import REPO
 
+# Each rank says its line in one write: print's pieces of two ranks interleave
+# in mpirun's output.
 SCRIPT = """\
-import json, sys
+import json, os, sys
 started = "mpi4py.MPI" in sys.modules  # the wrapper's MPI_Init, before this line
 from mpi4py import MPI
-print(json.dumps({"mpi_started": started, "rank": MPI.COMM_WORLD.Get_rank(),
-                  "argv": sys.argv, "path0": sys.path[0], "name": __name__}), flush=True)
+said = json.dumps({"mpi_started": started, "rank": MPI.COMM_WORLD.Get_rank(),
+                   "argv": sys.argv, "path0": sys.path[0], "name": __name__})
+os.write(1, (said + "\\n").encode())
 sys.exit(3)
 """
 
