@@ -132,6 +132,9 @@ SlurmctldTimeout=30
 SlurmdTimeout=30
 MessageTimeout=10
 KillWait=5
+# A requeued job waits out cred_expire, then for a scheduling pass: the
+# backfill pass every 2 s, not the main one's 60.
+SchedulerParameters=bf_interval=2
 InactiveLimit=0
 # Finished jobs stay visible to `scontrol show job` for 15 minutes (sacct keeps them).
 MinJobAge=900
