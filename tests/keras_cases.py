@@ -151,6 +151,18 @@ def sync_batch_norm_takes_every_ranks_batch() -> None:
                                rtol=1e-4, atol=1e-5)
 
 
+def local_layer_kept_local(model, local_layer, local: list, got: list, what: str) -> None:
+    """The local layer's gradients are the rank's own scaled by 1/size, the
+    others the mean of the ranks'."""
+    local_ids = {id(v) for v in local_layer.trainable_weights}
+    for i, (v, g, own) in enumerate(zip(model.trainable_variables, got, local, strict=True)):
+        if id(v) in local_ids:
+            np.testing.assert_allclose(g, own / hvd.size(), rtol=1e-5, atol=1e-7)
+        else:
+            mean = hvd.allreduce(tf.constant(own), op=hvd.Average, name=f"{what}.{i}").numpy()
+            np.testing.assert_allclose(g, mean, rtol=1e-5, atol=1e-7)
+
+
 def partial_tape_keeps_local_layers_local() -> None:
     """PartialDistributedGradientTape: the local layer's gradients stay the
     rank's own (scaled by 1/size), the others are averaged."""
@@ -159,13 +171,116 @@ def partial_tape_keeps_local_layers_local() -> None:
     local, got = own_and_distributed_gradients(
         model, 600, lambda tape: hvd.PartialDistributedGradientTape(tape,
                                                                     local_layers=[out_layer]))
-    local_ids = {id(v) for v in out_layer.trainable_weights}
-    for i, (v, g, own) in enumerate(zip(model.trainable_variables, got, local, strict=True)):
-        if id(v) in local_ids:
-            np.testing.assert_allclose(g, own / hvd.size(), rtol=1e-5, atol=1e-7)
-        else:
-            mean = hvd.allreduce(tf.constant(own), op=hvd.Average, name=f"partial.{i}").numpy()
-            np.testing.assert_allclose(g, mean, rtol=1e-5, atol=1e-7)
+    local_layer_kept_local(model, out_layer, local, got, "partial-tape")
+
+
+def partial_optimizer_keeps_local_layers_local() -> None:
+    """horovod.keras.PartialDistributedOptimizer's compute_gradients(): as
+    the partial tape, through the optimizer (Keras 3's has no
+    compute_gradients of its own)."""
+    import horovod.keras as hvd_standalone_keras
+
+    model = model_of_rank(10)
+    out_layer = model.get_layer("out")
+    optimizer = hvd_standalone_keras.PartialDistributedOptimizer(
+        keras.optimizers.SGD(0.1), local_layers=[out_layer])
+    images, labels = batch(650 + hvd.rank())
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    with tf.GradientTape(persistent=True) as tape:
+        loss = loss_fn(labels, model(images, training=True))
+    local = [g.numpy() for g in tape.gradient(loss, model.trainable_variables)]
+    got = [g.numpy() for g, _ in optimizer.compute_gradients(loss, model.trainable_variables,
+                                                             tape=tape)]
+    local_layer_kept_local(model, out_layer, local, got, "partial-optimizer")
+
+
+def one_weight_model() -> keras.Model:
+    """y = w x, w = 0: fed x = 1, a loss of (rank + 1) y gives w the
+    gradient rank + 1 on every pass."""
+    return keras.Sequential([keras.layers.Input((1,)),
+                             keras.layers.Dense(1, use_bias=False, kernel_initializer="zeros",
+                                                name="w")])
+
+
+def aggregation_applies_every_nth_pass() -> None:
+    """DistributedOptimizer(backward_passes_per_step=2) with plain SGD at
+    a rate of 1: a pass of its own moves nothing and counts an iteration;
+    every second one applies the ranks' mean of the two passes' sum (or of
+    their mean, with average_aggregated_gradients), in a loop of one's own
+    (eager) and in fit (a tf.function)."""
+    passes = 2
+    mean_grad = np.mean(np.arange(1, hvd.size() + 1))
+    x = np.ones((1, 1), "float32")
+
+    def loss_of_rank(_, y_pred):
+        return tf.reduce_sum(y_pred) * float(hvd.rank() + 1)
+
+    for average in (True, False):
+        model = one_weight_model()
+        optimizer = hvd_keras.DistributedOptimizer(
+            keras.optimizers.SGD(1.0), backward_passes_per_step=passes,
+            average_aggregated_gradients=average)
+        step = mean_grad * (1 if average else passes)
+        weight = model.get_layer("w").kernel
+        if average:  # a loop of one's own: the optimizer's gradients, then apply them
+            for n in range(1, 2 * passes + 1):
+                with tf.GradientTape() as tape:
+                    loss = loss_of_rank(None, model(x))
+                optimizer.apply_gradients(
+                    optimizer.compute_gradients(loss, model.trainable_variables, tape=tape))
+                expected = -step * (n // passes)
+                if not np.isclose(float(np.asarray(weight)[0, 0]), expected):
+                    raise AssertionError(f"pass {n}: w {np.asarray(weight)}, not {expected}")
+        else:  # fit
+            model.compile(optimizer=optimizer, loss=loss_of_rank)
+            model.fit(np.ones((2 * passes, 1), "float32"), np.zeros((2 * passes, 1), "float32"),
+                      batch_size=1, epochs=1, shuffle=False, verbose=0)
+            expected = -step * 2
+            if not np.isclose(float(np.asarray(weight)[0, 0]), expected):
+                raise AssertionError(f"after fit: w {np.asarray(weight)}, not {expected}")
+        if int(optimizer.iterations.numpy()) != 2 * passes:
+            raise AssertionError(f"{int(optimizer.iterations.numpy())} iterations counted, "
+                                 f"not {2 * passes}")
+
+
+def elastic_state_syncs_restores_and_commits() -> None:
+    """hvd.elastic.KerasState with a plain Keras optimizer (its variables a
+    property on Keras 3): sync() gives every rank rank 0's weights, optimizer
+    slots and counters; restore() goes back to the last commit, commit()
+    moves it."""
+    model = model_of_rank(1000 + hvd.rank())
+    optimizer = keras.optimizers.SGD(0.1, momentum=0.9)
+    optimizer.build(model.trainable_variables)
+    for v in optimizer_variables(optimizer):
+        v.assign(tf.fill(v.shape, tf.cast(hvd.rank() + 1, v.dtype)))
+    state = hvd_keras.elastic.KerasState(model, optimizer, batch=20 + hvd.rank(),
+                                         epoch=10 + hvd.rank())
+    state.sync()
+    same_on_every_rank(model.variables, "synced model")
+    same_on_every_rank(optimizer_variables(optimizer), "synced optimizer")
+    if (state.batch, state.epoch) != (20, 10):
+        raise AssertionError(f"synced counters {(state.batch, state.epoch)}, not (20, 10)")
+    synced = arrays(model.variables) + arrays(optimizer_variables(optimizer))
+
+    def scramble(value: float) -> None:
+        for v in [*model.variables, *optimizer_variables(optimizer)]:
+            v.assign(tf.fill(v.shape, tf.cast(value, v.dtype)))
+        state.batch, state.epoch = 21, 11
+
+    scramble(7.0)
+    state.restore()
+    for a, b in zip(arrays(model.variables) + arrays(optimizer_variables(optimizer)), synced,
+                    strict=True):
+        np.testing.assert_array_equal(a, b)
+    if (state.batch, state.epoch) != (20, 10):
+        raise AssertionError("restore() kept the changed counters")
+    scramble(3.0)
+    state.commit()
+    scramble(5.0)
+    state.restore()
+    if not all(np.all(a == 3.0) for a in arrays(model.variables)) or \
+            (state.batch, state.epoch) != (21, 11):
+        raise AssertionError("restore() after commit() is not what was committed")
 
 
 def broadcast_leaves_local_variables() -> None:
@@ -191,7 +306,12 @@ CASES = {
     "sync-batch-norm": sync_batch_norm_takes_every_ranks_batch,
     "partial-tape": partial_tape_keeps_local_layers_local,
     "local-variables": broadcast_leaves_local_variables,
+    "aggregation": aggregation_applies_every_nth_pass,
+    "elastic-state": elastic_state_syncs_restores_and_commits,
 }
+if os.environ.get("TF_USE_LEGACY_KERAS") != "1":
+    # horovod.keras, the module that has it, is Keras 3's on TensorFlow 2.16 and later.
+    CASES["partial-optimizer"] = partial_optimizer_keeps_local_layers_local
 
 
 def main(names: list[str]) -> None:
