@@ -155,8 +155,9 @@ class Watchdog:
             interfaces.in_port_range(lambda port: sock.bind((address or "0.0.0.0", port)))
         except OSError as err:
             sock.close()
-            raise RunFailed(f"stall watchdog: cannot listen on {address or 'any address'} "
-                            f"inside HVT_PORTS: {err.strerror or err}") from None
+            where = " inside HVT_PORTS" if os.environ.get("HVT_PORTS") else ""
+            raise RunFailed(f"stall watchdog: cannot listen on {address or 'any address'}"
+                            f"{where}: {err.strerror or err}") from None
         sock.settimeout(HEARTBEAT_EVERY_S / 4)
         where = (address,) if address else host_addresses()
         mine = Peer(rank, hostname, os.getpid(), process_start_time(os.getpid()),

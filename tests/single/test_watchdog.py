@@ -8,6 +8,7 @@ import socket
 import pytest
 
 from horovod_train.core import watchdog
+from horovod_train.core.errors import RunFailed
 from horovod_train.torch import options as torch_options
 
 # Ranks 0 and 1 on host a, 2 and 3 on host b; rank 0 listens for heartbeats.
@@ -55,6 +56,22 @@ def test_rank_0_listens_on_the_jobs_network_inside_hvt_ports(monkeypatch):
         assert dog.peers[0].addresses == ("127.0.0.1",) and dog.peers[0].port == port
     finally:
         dog.stop()
+
+
+def test_a_range_with_no_free_port_is_one_line_naming_hvt_ports(monkeypatch):
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as first, \
+            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as second:
+        first.bind(("127.0.0.1", 0))
+        low = first.getsockname()[1]
+        try:
+            second.bind(("127.0.0.1", low + 1))
+        except OSError:
+            pytest.skip(f"port {low + 1} is taken by another process")
+        monkeypatch.setenv("HVT_PORTS", f"{low}-{low + 1}")
+        with pytest.raises(RunFailed) as failed:
+            watchdog.Watchdog.start(0, "a", 60, lambda mine, name: [mine], network="lo")
+    assert str(failed.value) == ("stall watchdog: cannot listen on 127.0.0.1 inside HVT_PORTS: "
+                                 "Address already in use")
 
 
 def test_without_a_network_rank_0_listens_everywhere():
