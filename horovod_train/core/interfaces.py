@@ -20,6 +20,7 @@ import contextlib
 import dataclasses
 import errno
 import fcntl
+import hmac
 import ipaddress
 import json
 import os
@@ -146,7 +147,10 @@ def names_on(networks: list[ipaddress.IPv4Network], interfaces: list[Interface])
 #
 # One task on each host, its stdin and stdout joined to the job's side
 # (launch/network.py: one srun step with --input=all, or one ssh per host).
-# Each task listens on a port of its own and says its node, port and
+# The job's first line is a token of its own, which every connection and
+# datagram of the probe opens with: a task answers nothing else, so another
+# job's probe or a stray sender learns nothing and measures nothing. Each
+# task listens on a port of its own and says its node, port and
 # interfaces; the job answers with the addresses to try, and each task
 # connects to every other node's address on each candidate network, reads
 # the name of the node that answers, and reports what failed; the job may
@@ -154,15 +158,29 @@ def names_on(networks: list[ipaddress.IPv4Network], interfaces: list[Interface])
 # passed (the preflight: every pair of nodes, both ways, and a node's
 # clock); the job closes stdin and the tasks end.
 
+TOKEN_BYTES = 16
+HELLO_TIMEOUT_S = 5  # for a connection's token: a silent one holds no thread for long
 MEASURE_BYTES = 8 << 20  # a few MB: enough to tell 1 Gbit/s from 10, short on a slow one
 MEASURE_MAX_S = 1.0  # what a slow network may take: its rate shows by then
 CHUNK = 1 << 16
 
 
-def answer(conn: socket.socket, node: str) -> None:
-    """Say the node's name; then count what the peer sends until it stops
-    sending, and say how much (the measuring side's end mark)."""
+def receive_exactly(conn: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size and (chunk := conn.recv(size - len(data))):
+        data += chunk
+    return data
+
+
+def answer(conn: socket.socket, node: str, token: bytes) -> None:
+    """Given the job's token, say the node's name; then count what the peer
+    sends until it stops sending, and say how much (the measuring side's
+    end mark). Without the token, nothing."""
     with conn, contextlib.suppress(OSError):
+        conn.settimeout(HELLO_TIMEOUT_S)
+        if not hmac.compare_digest(receive_exactly(conn, TOKEN_BYTES), token):
+            return
+        conn.settimeout(None)
         conn.sendall(node.encode() + b"\n")
         received = 0
         while data := conn.recv(CHUNK):
@@ -170,10 +188,10 @@ def answer(conn: socket.socket, node: str) -> None:
         conn.sendall(f"{received}\n".encode())
 
 
-def answer_connections(listener: socket.socket, node: str) -> None:
+def answer_connections(listener: socket.socket, node: str, token: bytes) -> None:
     while True:
         conn, _ = listener.accept()
-        threading.Thread(target=answer, args=(conn, node), daemon=True).start()
+        threading.Thread(target=answer, args=(conn, node, token), daemon=True).start()
 
 
 # Sent after the peer's name, in full-size segments: a path that passes
@@ -186,11 +204,12 @@ MTU_HINT = ("small packets pass and full-size ones are lost: an MTU mismatch on 
             "and every switch between them")
 
 
-def reach(node: str, address: str, port: int, timeout_s: float) -> str | None:
+def reach(node: str, address: str, port: int, timeout_s: float, token: bytes) -> str | None:
     """None when `node` answers at address:port and takes a few full-size
     segments, else what happened."""
     try:
         with socket.create_connection((address, port), timeout=timeout_s) as conn:
+            conn.sendall(token)
             reader = conn.makefile("rb")
             said = reader.readline().decode(errors="replace").strip()
             if said != node:
@@ -210,14 +229,15 @@ def reach(node: str, address: str, port: int, timeout_s: float) -> str | None:
     return None
 
 
-def measure(address: str, port: int, timeout_s: float, limit: int = MEASURE_BYTES,
-            max_s: float = MEASURE_MAX_S) -> float | str:
+def measure(address: str, port: int, timeout_s: float, token: bytes,
+            limit: int = MEASURE_BYTES, max_s: float = MEASURE_MAX_S) -> float | str:
     """MB/s sent to address:port (up to `limit` bytes, for at most about
     `max_s`), counted when the peer says what it received; or what went
     wrong."""
     block = b"\0" * CHUNK
     try:
         with socket.create_connection((address, port), timeout=timeout_s) as conn:
+            conn.sendall(token)
             reader = conn.makefile("rb")
             reader.readline()  # the peer's name
             started = time.monotonic()
@@ -244,14 +264,16 @@ ECHO_GAP_S = 0.002  # paced, so that a loss is the link's, not a full socket buf
 ECHO_WAIT_S = 0.5  # after the last datagram, for the late ones
 
 
-def echo_datagrams(sock: socket.socket) -> None:
+def echo_datagrams(sock: socket.socket, token: bytes) -> None:
+    """Send back each datagram that opens with the job's token."""
     while True:
         with contextlib.suppress(OSError):
             data, peer = sock.recvfrom(64)
-            sock.sendto(data, peer)
+            if hmac.compare_digest(data[:TOKEN_BYTES], token):
+                sock.sendto(data, peer)
 
 
-def ping(address: str, port: int) -> dict:
+def ping(address: str, port: int, token: bytes) -> dict:
     """Round trips to a peer's echo socket: the median in ms and the share
     of datagrams that never came back."""
     sent: dict[int, float] = {}
@@ -262,7 +284,7 @@ def ping(address: str, port: int) -> dict:
         for number in range(ECHO_COUNT):
             sent[number] = time.monotonic()
             with contextlib.suppress(OSError):
-                sock.sendto(number.to_bytes(4, "big"), (address, port))
+                sock.sendto(token + number.to_bytes(4, "big"), (address, port))
             end = time.monotonic() + ECHO_WAIT_S
             times += receive_echoes(sock, sent, time.monotonic() + ECHO_GAP_S)
         times += receive_echoes(sock, sent, end or time.monotonic(), until_all=True)
@@ -279,17 +301,19 @@ def receive_echoes(sock: socket.socket, sent: dict[int, float], until: float,
             data = sock.recv(64)
         except (TimeoutError, OSError):
             continue
-        started = sent.pop(int.from_bytes(data[:4], "big"), None)
+        started = sent.pop(int.from_bytes(data[TOKEN_BYTES:TOKEN_BYTES + 4], "big"), None)
         if started is not None:
             times.append(time.monotonic() - started)
     return times
 
 
-def pair_check(address: str, port: int, echo_port: int, timeout_s: float) -> dict:
+def pair_check(address: str, port: int, echo_port: int, timeout_s: float,
+               token: bytes) -> dict:
     """MB/s sent to a peer (up to PAIR_BYTES or PAIR_MAX_S), then the echoes."""
-    rate = measure(address, port, timeout_s, PAIR_BYTES, PAIR_MAX_S)
+    rate = measure(address, port, timeout_s, token, PAIR_BYTES, PAIR_MAX_S)
     return {"mb_per_s": rate if isinstance(rate, float) else None,
-            "error": None if isinstance(rate, float) else rate, **ping(address, echo_port)}
+            "error": None if isinstance(rate, float) else rate,
+            **ping(address, echo_port, token)}
 
 
 def emit(message: dict) -> None:
@@ -328,11 +352,18 @@ def probe_task(node: str | None = None) -> int:
     """This host's part, as `node` (the name the job knows it by: the host
     list's, Slurm's, else the hostname)."""
     node = node or os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    try:
+        token = bytes.fromhex(json.loads(sys.stdin.readline())["token"])
+    except (ValueError, KeyError, TypeError):
+        print("the network probe: its first line is not the job's token", file=sys.stderr)
+        return 2
+    # Every interface: the probe is what finds which of them join the nodes.
     listener = in_port_range(lambda port: socket.create_server(("0.0.0.0", port), backlog=1024))
-    threading.Thread(target=answer_connections, args=(listener, node), daemon=True).start()
+    threading.Thread(target=answer_connections, args=(listener, node, token),
+                     daemon=True).start()
     echo = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     in_port_range(lambda port: echo.bind(("0.0.0.0", port)))
-    threading.Thread(target=echo_datagrams, args=(echo,), daemon=True).start()
+    threading.Thread(target=echo_datagrams, args=(echo, token), daemon=True).start()
     emit({"node": node, "port": listener.getsockname()[1], "echo_port": echo.getsockname()[1],
           "interfaces": [dataclasses.asdict(iface) for iface in local_interfaces(others=True)]})
     for line in sys.stdin:  # until the job closes stdin: others may still connect here
@@ -346,7 +377,7 @@ def probe_task(node: str | None = None) -> int:
             with ThreadPoolExecutor(max_workers=max(1, len(targets))) as pool:
                 verdicts = list(pool.map(reach, [peer for _, peer, _ in targets],
                                          [address for _, _, address in targets], ports,
-                                         [timeout_s] * len(targets)))
+                                         [timeout_s] * len(targets), [token] * len(targets)))
             emit({"node": node, "failures": [
                 [label, peer, why] for (label, peer, _), why
                 in zip(targets, verdicts, strict=True) if why]})
@@ -354,14 +385,14 @@ def probe_task(node: str | None = None) -> int:
             # This node's peer in this round: both send at once, as a
             # ring's neighbours do.
             emit({"node": node, "pairs": {
-                peer: pair_check(address, port, echo_port, timeout_s)
+                peer: pair_check(address, port, echo_port, timeout_s, token)
                 for source, peer, address, port, echo_port in plan["pairs"] if source == node}})
         elif "clock" in plan:
             emit({"node": node, "clock": time.time()})
         elif "measure" in plan:
             # One network after another: each gets the link to itself.
             emit({"node": node, "speeds": {
-                label: measure(address, port, timeout_s)
+                label: measure(address, port, timeout_s, token)
                 for label, source, address, port in plan["measure"] if source == node}})
     return 0
 

@@ -44,11 +44,12 @@ import ipaddress
 import json
 import queue
 import re
+import secrets
 import subprocess
 import threading
 import time
 
-from horovod_train.core.interfaces import Interface, interfaces_from_json
+from horovod_train.core.interfaces import TOKEN_BYTES, Interface, interfaces_from_json
 
 
 @dataclasses.dataclass(frozen=True)
@@ -249,6 +250,9 @@ class ProbeStep:
         self.processes = [subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                            stderr=subprocess.PIPE, text=True)
                           for command in commands]
+        # The job's token, on the tasks' stdin (never a command line): they
+        # answer only connections and datagrams that bring it.
+        self.send({"token": secrets.token_hex(TOKEN_BYTES)})
         self.lines: queue.Queue = queue.Queue()
         self.errors: list[str] = []
         for process in self.processes:
