@@ -299,6 +299,29 @@ def broadcast_leaves_local_variables() -> None:
     np.testing.assert_array_equal(np.asarray(own.numpy()), before)
 
 
+def elastic_run_trains_from_the_synced_state() -> None:
+    """hvd.elastic.run around fit with the elastic callbacks (no host comes
+    or goes here): it starts from rank 0's synced weights, trains in step,
+    and the state counts the epochs."""
+    model = model_of_rank(1100 + hvd.rank())
+    model.compile(optimizer=hvd_keras.DistributedOptimizer(keras.optimizers.SGD(0.1)),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    state = hvd_keras.elastic.KerasState(model, batch=0, epoch=0)
+    images, labels = batch(1200 + hvd.rank(), n=32)
+
+    @hvd_keras.elastic.run
+    def train(state):
+        model.fit(images, labels, batch_size=16, epochs=2, initial_epoch=state.epoch, verbose=0,
+                  callbacks=[hvd_keras.elastic.CommitStateCallback(state),
+                             hvd_keras.elastic.UpdateBatchStateCallback(state),
+                             hvd_keras.elastic.UpdateEpochStateCallback(state)])
+
+    train(state)
+    same_on_every_rank(model.trainable_variables, "elastic run model")
+    if (state.epoch, state.batch) != (2, 0):
+        raise AssertionError(f"the state counted {(state.epoch, state.batch)}, not (2, 0)")
+
+
 CASES = {
     "broadcast": broadcast_model_and_optimizer,
     "gradient-tape": gradient_tape_averages,
@@ -308,6 +331,7 @@ CASES = {
     "local-variables": broadcast_leaves_local_variables,
     "aggregation": aggregation_applies_every_nth_pass,
     "elastic-state": elastic_state_syncs_restores_and_commits,
+    "elastic-run": elastic_run_trains_from_the_synced_state,
 }
 if os.environ.get("TF_USE_LEGACY_KERAS") != "1":
     # horovod.keras, the module that has it, is Keras 3's on TensorFlow 2.16 and later.

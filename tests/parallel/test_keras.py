@@ -1,8 +1,9 @@
 """Horovod's TensorFlow and Keras parts with Keras 3 (horovod#4290) and
 with tf-keras, the Keras 2 that Keras 2 scripts run on, on the environment's
-own build: the cases of keras_cases.py on two ranks started by horovodrun
-over Gloo (the patch is in Horovod's Python, below the controller; the
-trainer's runs cover MPI). Unpatched 0.28.1 fails each case on Keras 3:
+own build: the cases of keras_cases.py on two ranks started by horovodrun,
+Keras 3 over MPI and tf-keras over Gloo (the patches are in Horovod's
+Python, above the controller; the TensorFlow trainer's runs take Keras 3
+over both). Unpatched 0.28.1 fails each case on Keras 3:
 broadcast ("'SymbolicTensor' object has no attribute 'assign'"), gradient
 tape ("'Variable' object has no attribute 'ref'"), fit with the callbacks
 ("module 'keras.backend' has no attribute 'get_value'"); on tf-keras, the
@@ -44,20 +45,21 @@ def keras_2_python(tmp_path) -> str:
     return python
 
 
-@pytest.mark.parametrize("keras", ["3.", "2."], ids=["keras-3", "tf-keras"])
-def test_broadcast_gradient_tape_and_fit_with_the_callbacks(tmp_path, keras):
+@pytest.mark.parametrize("keras, controller", [("3.", "mpi"), ("2.", "gloo")],
+                         ids=["keras-3", "tf-keras"])
+def test_broadcast_gradient_tape_and_fit_with_the_callbacks(tmp_path, keras, controller):
     """tf-keras: in a venv of setup.sh --keras 2, no variable handed on."""
     require_framework("TensorFlow")
     python = str(BIN / "python") if keras == "3." else keras_2_python(tmp_path)
     env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
     result = subprocess.run(
-        [str(BIN / "horovodrun"), "-np", "2", "-H", "localhost:2", "--gloo",
+        [str(BIN / "horovodrun"), "-np", "2", "-H", "localhost:2", f"--{controller}",
          python, "tests/keras_cases.py"],
         cwd=REPO, env={**env, "PATH": f"{BIN}:{os.environ['PATH']}"},
         capture_output=True, text=True, timeout=300)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
     cases = ["broadcast", "gradient-tape", "fit", "sync-batch-norm", "partial-tape",
-             "local-variables", "aggregation", "elastic-state"]
+             "local-variables", "aggregation", "elastic-state", "elastic-run"]
     for case in cases + (["partial-optimizer"] if keras == "3." else []):
         assert f"CASE {case} ok (keras {keras}" in output, output[-4000:]
