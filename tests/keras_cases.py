@@ -299,6 +299,27 @@ def broadcast_leaves_local_variables() -> None:
     np.testing.assert_array_equal(np.asarray(own.numpy()), before)
 
 
+def optimizer_options_keep_the_ranks_in_step() -> None:
+    """DistributedOptimizer with fp16 compression, sparse_as_dense (an
+    embedding's gradient is sparse) and its gradients in one group: fit
+    ends with the same weights on every rank, each having started from its
+    own. (Process sets: Horovod's own test_tensorflow_process_sets.py.)"""
+    keras.utils.set_random_seed(1300 + hvd.rank())
+    model = keras.Sequential([keras.layers.Input((4,), dtype="int32"),
+                              keras.layers.Embedding(50, 6, name="embedding"),
+                              keras.layers.Flatten(), keras.layers.Dense(3, name="out")])
+    optimizer = hvd_keras.DistributedOptimizer(
+        keras.optimizers.SGD(0.1), compression=hvd.Compression.fp16, sparse_as_dense=True,
+        groups=1)
+    model.compile(optimizer=optimizer,
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    hvd.broadcast_variables(model.variables, root_rank=0)
+    rng = np.random.default_rng(1400 + hvd.rank())
+    model.fit(rng.integers(0, 50, size=(32, 4)), rng.integers(0, 3, size=32), batch_size=16,
+              epochs=1, verbose=0)
+    same_on_every_rank(model.trainable_variables, "options model")
+
+
 def elastic_run_trains_from_the_synced_state() -> None:
     """hvd.elastic.run around fit with the elastic callbacks (no host comes
     or goes here): it starts from rank 0's synced weights, trains in step,
@@ -332,6 +353,7 @@ CASES = {
     "aggregation": aggregation_applies_every_nth_pass,
     "elastic-state": elastic_state_syncs_restores_and_commits,
     "elastic-run": elastic_run_trains_from_the_synced_state,
+    "optimizer-options": optimizer_options_keep_the_ranks_in_step,
 }
 if os.environ.get("TF_USE_LEGACY_KERAS") != "1":
     # horovod.keras, the module that has it, is Keras 3's on TensorFlow 2.16 and later.
