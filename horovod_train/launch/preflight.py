@@ -277,8 +277,8 @@ def facts_command(node: str, workdir: Path) -> list[str]:
     return ["-m", "horovod_train.launch.host_facts", "--node", node, "--workdir", str(workdir)]
 
 
-def check_hosts(job: Job, found: Findings) -> None:
-    """ssh and the facts, every host at once."""
+def gather_host_facts(job: Job, found: Findings) -> None:
+    """ssh and the facts, every host at once, into `found`."""
     def one(host: str) -> tuple[str | None, dict | None]:
         problem = hosts.check_host(host, job.ssh_port, job.identity)
         if problem:
@@ -406,7 +406,7 @@ def run_checks(job: Job, allreduce: bool = True) -> Findings:
         found.phases[phase] = round(time.monotonic() - begun, 2)
         return result
 
-    timed("hosts", check_hosts, job, found)
+    timed("hosts", gather_host_facts, job, found)
     reached = [host for host in job.hosts if host.name in found.facts
                and "error" not in found.facts[host.name]]
     choice = None
