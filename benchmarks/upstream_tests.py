@@ -58,6 +58,8 @@ KERAS_3_IDIOMS = [
     (r",\s*fused=False", ""),
     # TensorFlow 1's session config, built where TensorFlow 1 classes collect.
     (r"\btf\.ConfigProto\(", "tf.compat.v1.ConfigProto("),
+    # tf.test's evaluate() takes no Keras 3 variable; numpy reads its value.
+    (r"self\.evaluate\(([\w.]+)\.(moving_mean|moving_variance)\)", r"np.asarray(\1.\2)"),
     # A Keras 3 variable has no ref(): its id keys a dictionary.
     (r"([\w.]+)\.ref\(\)", r"id(\1)"),
 ]
