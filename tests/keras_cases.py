@@ -320,6 +320,30 @@ def optimizer_options_keep_the_ranks_in_step() -> None:
     same_on_every_rank(model.trainable_variables, "options model")
 
 
+def process_sets_keep_to_their_ranks() -> None:
+    """A process set of each rank alone (registered at init): an allreduce
+    over it is the rank's own value, and DistributedOptimizer over it
+    applies the rank's own gradient where the global one applies the mean."""
+    mine = OWN_SETS[hvd.rank()]
+    value = tf.constant([float(hvd.rank() + 1)])
+    own = float(hvd.allreduce(value, op=hvd.Sum, process_set=mine).numpy()[0])
+    total = float(hvd.allreduce(value, op=hvd.Sum).numpy()[0])
+    if (own, total) != (hvd.rank() + 1, sum(range(1, hvd.size() + 1))):
+        raise AssertionError(f"sums {(own, total)} over the rank's set and over all")
+    x = np.ones((1, 1), "float32")
+    for process_set, expected in ((mine, -(hvd.rank() + 1.0)),
+                                  (hvd.global_process_set, -np.mean(np.arange(1, hvd.size() + 1)))):
+        model = one_weight_model()
+        model.compile(optimizer=hvd_keras.DistributedOptimizer(keras.optimizers.SGD(1.0),
+                                                               process_set=process_set),
+                      loss=lambda _, y_pred: tf.reduce_sum(y_pred) * float(hvd.rank() + 1))
+        model.fit(x, np.zeros((1, 1), "float32"), batch_size=1, epochs=1, verbose=0)
+        weight = float(np.asarray(model.get_layer("w").kernel)[0, 0])
+        if not np.isclose(weight, expected):
+            raise AssertionError(f"w {weight}, not {expected}, over process set "
+                                 f"{process_set.process_set_id}")
+
+
 def elastic_run_trains_from_the_synced_state() -> None:
     """hvd.elastic.run around fit with the elastic callbacks (no host comes
     or goes here): it starts from rank 0's synced weights, trains in step,
@@ -354,6 +378,7 @@ CASES = {
     "elastic-state": elastic_state_syncs_restores_and_commits,
     "elastic-run": elastic_run_trains_from_the_synced_state,
     "optimizer-options": optimizer_options_keep_the_ranks_in_step,
+    "process-sets": process_sets_keep_to_their_ranks,
 }
 if os.environ.get("TF_USE_LEGACY_KERAS") != "1":
     # horovod.keras, the module that has it, is Keras 3's on TensorFlow 2.16 and later.
@@ -361,7 +386,11 @@ if os.environ.get("TF_USE_LEGACY_KERAS") != "1":
 
 
 def main(names: list[str]) -> None:
-    hvd.init()
+    global OWN_SETS
+    # A process set of each rank alone, registered at init (process-sets).
+    size = int(os.environ.get("HOROVOD_SIZE") or os.environ.get("OMPI_COMM_WORLD_SIZE") or 1)
+    OWN_SETS = [hvd.ProcessSet([rank]) for rank in range(size)]
+    hvd.init(process_sets=OWN_SETS)
     tf.config.threading.set_intra_op_parallelism_threads(1)
     for name in names or CASES:
         CASES[name]()

@@ -60,6 +60,7 @@ def test_broadcast_gradient_tape_and_fit_with_the_callbacks(tmp_path, keras, con
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
     cases = ["broadcast", "gradient-tape", "fit", "sync-batch-norm", "partial-tape",
-             "local-variables", "aggregation", "elastic-state", "elastic-run", "optimizer-options"]
+             "local-variables", "aggregation", "elastic-state", "elastic-run", "optimizer-options",
+             "process-sets"]
     for case in cases + (["partial-optimizer"] if keras == "3." else []):
         assert f"CASE {case} ok (keras {keras}" in output, output[-4000:]
