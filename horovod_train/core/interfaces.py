@@ -166,6 +166,7 @@ CHUNK = 1 << 16
 
 
 def receive_exactly(conn: socket.socket, size: int) -> bytes:
+    """`size` bytes, or fewer where the peer closed first."""
     data = b""
     while len(data) < size and (chunk := conn.recv(size - len(data))):
         data += chunk

@@ -21,7 +21,7 @@ seconds: a stray connection, another job on the node or a duplicate is
 closed and named on stderr, and the barrier stays shut until every rank
 has come.
 
-Standard library only."""
+No framework: the standard library, and core's errors and interfaces."""
 
 import hashlib
 import hmac
@@ -32,6 +32,7 @@ import sys
 import time
 
 from horovod_train.core.errors import RunFailed
+from horovod_train.core.interfaces import receive_exactly
 
 TIMEOUT_S = 300  # srun ends every rank once one of them fails: this is a backstop
 HELLO_TIMEOUT_S = 5.0  # a connection that says nothing holds the others this long at most
@@ -148,13 +149,3 @@ def check_in(address: str, port: int, hello: bytes, deadline: float, where: str,
             raise RunFailed(f"{where}: {err.strerror or err}") from None
     if released != RELEASE:
         raise RunFailed(f"{where}: the first rank closed it before every rank arrived")
-
-
-def receive_exactly(peer: socket.socket, count: int) -> bytes:
-    data = b""
-    while len(data) < count:
-        chunk = peer.recv(count - len(data))
-        if not chunk:
-            break
-        data += chunk
-    return data
