@@ -195,11 +195,16 @@ def partial_optimizer_keeps_local_layers_local() -> None:
 
 
 def one_weight_model() -> keras.Model:
-    """y = w x, w = 0: fed x = 1, a loss of (rank + 1) y gives w the
-    gradient rank + 1 on every pass."""
+    """y = w x, w = 0: fed x = 1, loss_of_rank gives w the gradient
+    rank + 1 on every pass."""
     return keras.Sequential([keras.layers.Input((1,)),
                              keras.layers.Dense(1, use_bias=False, kernel_initializer="zeros",
                                                 name="w")])
+
+
+def loss_of_rank(_, y_pred):
+    """(rank + 1) y: each rank's gradient of its own."""
+    return tf.reduce_sum(y_pred) * float(hvd.rank() + 1)
 
 
 def aggregation_applies_every_nth_pass() -> None:
@@ -211,10 +216,6 @@ def aggregation_applies_every_nth_pass() -> None:
     passes = 2
     mean_grad = np.mean(np.arange(1, hvd.size() + 1))
     x = np.ones((1, 1), "float32")
-
-    def loss_of_rank(_, y_pred):
-        return tf.reduce_sum(y_pred) * float(hvd.rank() + 1)
-
     for average in (True, False):
         model = one_weight_model()
         optimizer = hvd_keras.DistributedOptimizer(
@@ -303,7 +304,7 @@ def optimizer_options_keep_the_ranks_in_step() -> None:
     """DistributedOptimizer with fp16 compression, sparse_as_dense (an
     embedding's gradient is sparse) and its gradients in one group: fit
     ends with the same weights on every rank, each having started from its
-    own. (Process sets: Horovod's own test_tensorflow_process_sets.py.)"""
+    own."""
     keras.utils.set_random_seed(1300 + hvd.rank())
     model = keras.Sequential([keras.layers.Input((4,), dtype="int32"),
                               keras.layers.Embedding(50, 6, name="embedding"),
@@ -336,7 +337,7 @@ def process_sets_keep_to_their_ranks() -> None:
         model = one_weight_model()
         model.compile(optimizer=hvd_keras.DistributedOptimizer(keras.optimizers.SGD(1.0),
                                                                process_set=process_set),
-                      loss=lambda _, y_pred: tf.reduce_sum(y_pred) * float(hvd.rank() + 1))
+                      loss=loss_of_rank)
         model.fit(x, np.zeros((1, 1), "float32"), batch_size=1, epochs=1, verbose=0)
         weight = float(np.asarray(model.get_layer("w").kernel)[0, 0])
         if not np.isclose(weight, expected):
@@ -367,6 +368,11 @@ def elastic_run_trains_from_the_synced_state() -> None:
         raise AssertionError(f"the state counted {(state.epoch, state.batch)}, not (2, 0)")
 
 
+# A process set of each rank alone, registered at init (process-sets); the
+# size from the launcher, as hvd.init needs the sets before it can say it.
+OWN_SETS = [hvd.ProcessSet([rank]) for rank in range(int(
+    os.environ.get("HOROVOD_SIZE") or os.environ.get("OMPI_COMM_WORLD_SIZE") or 1))]
+
 CASES = {
     "broadcast": broadcast_model_and_optimizer,
     "gradient-tape": gradient_tape_averages,
@@ -386,10 +392,6 @@ if os.environ.get("TF_USE_LEGACY_KERAS") != "1":
 
 
 def main(names: list[str]) -> None:
-    global OWN_SETS
-    # A process set of each rank alone, registered at init (process-sets).
-    size = int(os.environ.get("HOROVOD_SIZE") or os.environ.get("OMPI_COMM_WORLD_SIZE") or 1)
-    OWN_SETS = [hvd.ProcessSet([rank]) for rank in range(size)]
     hvd.init(process_sets=OWN_SETS)
     tf.config.threading.set_intra_op_parallelism_threads(1)
     for name in names or CASES:
