@@ -86,14 +86,19 @@ def package_versions() -> dict[str, str]:
     return found
 
 
+# pytest on one rank (argv: the record folder, the timeout, the test file),
+# its JUnit record named by the rank.
+RANK_CODE = """\
+import os, sys, pytest
+records, timeout_s, test_file = sys.argv[1:]
+rank = os.environ.get("HOROVOD_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
+sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", "-o", "addopts=", "--timeout", timeout_s,
+                      f"--junitxml={records}/rank{rank}.xml", test_file]))
+"""
+
+
 def rank_command(python: str, test_file: Path, record_dir: Path, timeout_s: int) -> list[str]:
-    """pytest on one rank, its JUnit record named by the rank."""
-    code = ("import os, sys, pytest; "
-            f"rank = os.environ.get('HOROVOD_RANK', os.environ.get('OMPI_COMM_WORLD_RANK', '0')); "
-            f"sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', '-o', 'addopts=', "
-            f"'--timeout', '{timeout_s}', "
-            f"'--junitxml={record_dir}/rank' + rank + '.xml', '{test_file}']))")
-    return [python, "-c", code]
+    return [python, "-c", RANK_CODE, str(record_dir), str(timeout_s), str(test_file)]
 
 
 def counts(record: Path) -> dict:
@@ -139,7 +144,7 @@ def run_file(python: str, horovodrun: str, test_file: Path, controller: str, np_
 
 def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(prog="upstream_tests.py", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tests", type=Path, required=True,
                         help="a Horovod checkout's test directory, at the build's version")
     parser.add_argument("--files", default=",".join(FILES),
