@@ -259,6 +259,21 @@ def literal_controller(argv: list[str], env: dict) -> str | None:
     return "mpi" if "--mpi" in words else None
 
 
+def horovodrun_hosts(host_names: list[str], ssh_port: int | None,
+                     identity: str | None) -> None:
+    """The literal horovodrun's host check (its ssh check's hook in the
+    project's Horovod: docker/env/patches/*-network-from-the-platform.patch):
+    check_hosts, as launch.sh checks them, every launch; a host it cannot
+    use is one line and exit 2, within CHECK_DEADLINE_S, where upstream's
+    check tries ssh five times and ends in a traceback (over a path that
+    loses full-size packets, after minutes)."""
+    job = Job(tuple(hosts.Host(name, 1) for name in host_names), len(host_names), ssh_port,
+              identity)
+    code = exit_code(lambda: check_hosts(job), "horovodrun")
+    if code:
+        raise SystemExit(code)
+
+
 def horovodrun_network(host_names: list[str], ssh_port: int | None,
                        identity: str | None) -> list[str] | None:
     """The literal horovodrun's network (its probe's hook in the project's

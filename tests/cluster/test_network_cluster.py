@@ -13,7 +13,9 @@ import contextlib
 import json
 import os
 import subprocess
+import threading
 import time
+from pathlib import Path
 
 import pytest
 from conftest import BIN, EMULATE, REPO, firewall_on_b, interface_renamed, run_on
@@ -250,20 +252,20 @@ def test_a_firewall_that_passes_ssh_alone_is_named_in_one_line(ssh_alone_on_b, l
 
 
 @contextlib.contextmanager
-def jumbo_frames_on_eth2():
-    """eth2 set to jumbo frames on both hosts, its bridge not. Every TCP
-    segment leaves as a frame of its own (gso_max_segs 1): Linux's bridge
+def jumbo_frames_on(interface: str):
+    """`interface` set to jumbo frames on both hosts, its bridge not. Every
+    TCP segment leaves as a frame of its own (gso_max_segs 1): Linux's bridge
     forwards a GSO packet without checking its segments against the MTU, so
     some large transfers would pass where a switch drops every frame."""
-    def set_eth2(mtu: str, segments: str) -> None:
+    def set_mtu(mtu: str, segments: str) -> None:
         for host in "ab":
-            subprocess.run(["ip", "-n", f"hvt-{host}", "link", "set", "eth2", "mtu", mtu,
+            subprocess.run(["ip", "-n", f"hvt-{host}", "link", "set", interface, "mtu", mtu,
                             "gso_max_segs", segments], check=True, timeout=30)
-    set_eth2("9000", "1")
+    set_mtu("9000", "1")
     try:
         yield
     finally:
-        set_eth2("1500", "65535")
+        set_mtu("1500", "65535")
 
 
 @pytest.mark.cluster
@@ -271,7 +273,7 @@ def test_a_network_that_loses_full_size_packets_is_named_as_an_mtu_mismatch(
         two_network_cluster):
     """Connections and small packets pass, full-size ones vanish (ssh runs
     over eth0): named, where upstream's probe passed it and the job hung."""
-    with jumbo_frames_on_eth2():
+    with jumbo_frames_on("eth2"):
         result = launch_from_a("-np", "2", "-H", "a:1,b:1", str(BIN / "python"), "-c",
                                "print('started')", HVT_NETWORK_INTERFACE="eth2", timeout=60)
     assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
@@ -283,6 +285,38 @@ def test_a_network_that_loses_full_size_packets_is_named_as_an_mtu_mismatch(
                          "the path (e.g. jumbo frames on the hosts, not on the switch): set one "
                          "MTU on the hosts and every switch between them"), line
     assert "started" not in result.stdout
+
+
+@pytest.mark.cluster
+def test_ssh_over_a_path_that_loses_full_size_packets_is_one_line_from_both_launchers(cluster):
+    """ssh's own network loses full-size packets: its port greets, the login
+    stalls. launch.sh and the literal command (the platform's host check,
+    through the project's Horovod) each say so in one line, exit 2, within
+    30 s, side by side here; the literal one spent 110 s in five tries of
+    its own and ended in a traceback ("ssh not successful for host b")."""
+    def launch(launcher: Path, results: dict) -> None:
+        started = time.monotonic()
+        results[launcher.name] = (launch_from_a("-np", "2", "-H", "a:1,b:1", str(BIN / "python"),
+                                                "-c", "print('started')", timeout=60,
+                                                launcher=str(launcher)),
+                                  time.monotonic() - started)
+
+    results: dict = {}
+    with jumbo_frames_on("eth0"):
+        both = [threading.Thread(target=launch, args=(launcher, results))
+                for launcher in (LAUNCH, BIN / "horovodrun")]
+        for thread in both:
+            thread.start()
+        for thread in both:
+            thread.join()
+    for prog, launcher in (("launch", LAUNCH.name), ("horovodrun", "horovodrun")):
+        result, elapsed = results[launcher]
+        assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
+        [line] = result.stderr.strip().splitlines()
+        assert line.startswith(f"{prog}: error: ssh to host b greeted and then did not finish "
+                               "within 15 s: a path that loses full-size packets does this (an "
+                               "MTU mismatch"), line
+        assert "started" not in result.stdout and elapsed < 30, (prog, elapsed)
 
 
 @pytest.fixture

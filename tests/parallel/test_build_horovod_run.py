@@ -311,6 +311,8 @@ def test_patches_apply_to_the_pinned_sdist(tmp_path):
     assert not list(source.rglob("*.orig")) and not list(source.rglob("*.rej"))
     driver = (source / "horovod" / "runner" / "driver" / "driver_service.py").read_text()
     assert "pipeline.horovodrun_network(" in driver
+    launch = (source / "horovod" / "runner" / "launch.py").read_text()
+    assert "pipeline.horovodrun_hosts(" in launch
 
 
 def test_horovodrun_starts_open_mpi_without_its_ofi_btl():
