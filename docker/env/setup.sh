@@ -298,7 +298,11 @@ uv_install() {
     || "$venv/bin/uv" pip install "${uv_flags[@]}" "$@"
 }
 echo "setup.sh: installing pinned Python packages (${groups[*]} mpi, CUDA $cuda) into $venv"
-uv_install "${requirements[@]}"
+# Compiled to bytecode where installed (uv leaves it to the first import):
+# where PYTHONDONTWRITEBYTECODE is set, as containers often have it, no
+# import writes it, and every rank would compile the frameworks' modules
+# again at its start. A run that installs nothing compiles nothing.
+uv_install --compile-bytecode "${requirements[@]}"
 if [[ " ${wanted[*]} " == *" tensorflow "* ]]; then
   # Keras 2 scripts run on tf-keras beside Keras 3 (TF_USE_LEGACY_KERAS=1 makes
   # it tf.keras): the lock's pin (the release of its TensorFlow), without its
@@ -306,7 +310,7 @@ if [[ " ${wanted[*]} " == *" tensorflow "* ]]; then
   # over tensorflow-cpu.
   keras2=$(grep -m 1 -E '^tf-keras==' "$lock" | cut -d';' -f1)
   [[ -n "$keras2" ]] || die "the lock $lock pins no tf-keras"
-  uv_install --no-deps "$keras2"
+  uv_install --compile-bytecode --no-deps "$keras2"
 fi
 echo "$cuda" > "$venv/horovod-cuda"
 # Fixes no release will carry (MXNet is retired), before anything imports it.
