@@ -9,6 +9,9 @@ UNKNOWN_HOST_KEY = ("host 127.0.0.2: ssh fails (Host key verification failed): i
                     "not known here: add it to ~/.ssh/known_hosts")
 # The trainer's own argparse line, named by the trainer where a launcher says it.
 BAD_TRAINER_OPTION = "argument --epochs: 'x' is not an integer"
+# HVT_PORTS that is no range (50000 alone).
+BAD_PORT_RANGE = ("HVT_PORTS=50000: want a range of ports LOW-HIGH between 1024 and 65535, "
+                  "e.g. 50000-50200")
 # Host b's SSH port refusing (a firewall rule), host a fine.
 SSH_REFUSED_ON_B = "cannot reach host b on SSH port {port}: connection refused"
 # A network name that no host has; one that is local to each host.

@@ -53,8 +53,9 @@ import os
 import sys
 
 from horovod_train.core.errors import UserError, run_main
-from horovod_train.launch import hosts, pipeline, preflight, starters
+from horovod_train.launch import hosts, pipeline, starters
 from horovod_train.launch.job import Job, named_network
+from horovod_train.launch.prepare import prepare
 
 
 def _usage_error(parser: argparse.ArgumentParser, message: str):
@@ -189,14 +190,9 @@ def main(argv: list[str]) -> int:
     if asked and job is None:
         raise UserError("--preflight checks the hosts of -H or a hostfile; for an elastic run, "
                         "run scripts/preflight.sh on the hosts its discovery lists")
-    choice = None
-    if job:
-        pipeline.check_hosts(job)
-        if asked:
-            preflight.run(job)
-        choice = pipeline.choose_network(job, env)
-        if choice:
-            print(pipeline.network_lines("launch", choice), flush=True)
+    choice = prepare(job, env, preflight_asked=asked) if job else None
+    if choice:
+        print(pipeline.network_lines("launch", choice), flush=True)
     options = pipeline.with_nics(options_of(argv, args.command), choice)
     if args.hostfile and job:
         options = with_host_list(options, job.hosts)

@@ -15,6 +15,8 @@
   7. run and report: the entry point's own starter (horovodrun, srun, the
      image's containers).
 
+Steps 3 to 5 are one function for every entry point: launch/prepare.py.
+
 One error convention for all of them (core/errors.py): bad input (options,
 hosts, a missing key, an unknown host key, a setting that does not parse)
 is one line `PROGRAM: error: ...` and exit 2; a run that fails (the network

@@ -7,7 +7,8 @@ less those three.
     python horovod_train/pytorch_mnist.py --num-proc 2 --communication gloo
 
 The hosts are checked and the network chosen as scripts/launch.sh does it
-(launch/pipeline.py) before anything starts. Each rank returns the exit
+(launch/prepare.py), HVT_NETWORK_INTERFACE and HVT_PORTS included, before
+anything starts. Each rank returns the exit
 code its error line goes with (errors.py); the command exits with the worst
 of them."""
 
@@ -20,7 +21,8 @@ from horovod_train.core.console import say
 from horovod_train.core.errors import RunFailed
 from horovod_train.launch import hosts as host_checks
 from horovod_train.launch import pipeline
-from horovod_train.launch.job import Job
+from horovod_train.launch.job import Job, named_network
+from horovod_train.launch.prepare import prepare
 
 REPO = Path(__file__).resolve().parents[2]  # the checkout
 
@@ -46,15 +48,21 @@ def start_ranks(prog: str, run_rank: Callable[[list[str]], int], argv: list[str]
     """Start launch.num_proc ranks of run_rank(argv less the launch options)
     with horovod.run (which pickles run_rank: a module's function); the worst
     exit code of the ranks."""
-    hosts = host_checks.parse_host_list(launch.hosts, "--hosts") if launch.hosts else None
-    choice = None
-    if hosts:
+    env = dict(os.environ)
+    if launch.hosts:
+        hosts = host_checks.parse_host_list(launch.hosts, "--hosts")
         host_checks.check_process_count(launch.num_proc, hosts, f"--hosts {launch.hosts}")
-        job = Job(tuple(hosts), launch.num_proc, controller=launch.communication)
-        pipeline.check_hosts(job)
-        choice = pipeline.choose_network(job, dict(os.environ))
-        if choice:
-            say(pipeline.network_lines(prog, choice))
+    else:
+        hosts = [host_checks.Host("localhost", launch.num_proc)]
+    # The network named as for launch.sh (HVT_NETWORK_INTERFACE), HVT_PORTS
+    # read, and the ranks' environment theirs: horovod.run is horovodrun's
+    # machinery, and its ranks inherit this process's environment.
+    job = Job(tuple(hosts), launch.num_proc, network=named_network(None, env),
+              controller=launch.communication)
+    choice = prepare(job, env)
+    if choice:
+        say(pipeline.network_lines(prog, choice))
+    os.environ.update(pipeline.rank_environment("horovodrun", choice, env))
     import horovod
 
     # Each rank imports the trainer from this checkout, as a rank of

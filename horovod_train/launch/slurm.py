@@ -94,11 +94,12 @@ from dataclasses import replace
 
 from horovod_train.core.errors import ArgumentParser, RunFailed, UserError, run_main
 from horovod_train.gpu import rules as gpu_rules
-from horovod_train.launch import network, pipeline, preflight, starters
+from horovod_train.launch import network, pipeline, starters
 from horovod_train.launch.allocation import Allocation, allocation_from_env
 from horovod_train.launch.hosts import SshTarget, probe_ssh_port
 from horovod_train.launch.job import Job
 from horovod_train.launch.openmpi import layers_set
+from horovod_train.launch.prepare import prepare
 from horovod_train.launch.slurm_plan import (
     Plan,
     Settings,
@@ -258,15 +259,12 @@ def run_job(job_args: list[str], env: dict | None = None, settings: Settings | N
         starters.check_pmix()
     if plan.check:
         check_launcher_options(pipeline.check_trainer(plan.check, plan.cwd), settings)
-    if not plan.sshd:
-        # horovodrun's ssh to the nodes, checked as launch.sh checks it; a
-        # container's sshd is checked when its step has started it.
-        pipeline.check_hosts(job)
-    if settings.preflight:
-        preflight.run(job)
-    # horovodrun hands its own choice to every layer; srun's ranks keep the user's.
+    # horovodrun hands its own choice to every layer; srun's ranks keep the
+    # user's. horovodrun's ssh to the nodes is checked as launch.sh checks it;
+    # a container's sshd when its step has started it.
     kept = layers_set(env) if job.srun else {}
-    choice = pipeline.choose_network(job, env, kept)
+    choice = prepare(job, env, preflight_asked=settings.preflight, check_hosts=not plan.sshd,
+                     layers=kept)
     print(describe(allocation, settings, plan, choice, kept), flush=True)
     if job.srun:
         env.update(pipeline.rank_environment(job.starter, choice, env))

@@ -22,6 +22,7 @@ import pytest
 import torch
 from conftest import BIN, EMULATE, REPO, TRAINER, require_framework
 from entry_faults import (
+    BAD_PORT_RANGE,
     BAD_TRAINER_OPTION,
     SSH_REFUSED_ON_B,
     UNKNOWN_HOST,
@@ -478,6 +479,10 @@ ENTRY_FAULTS = [
         "launch": [str(LAUNCH), "-np", "1", "-H", "127.0.0.2:1", "-p", "{sshd_port}", "true"],
         "preflight": [str(REPO / "scripts" / "preflight.sh"), "-H", "127.0.0.2:1", "-p",
                       "{sshd_port}", "--no-allreduce"]}),
+    ("bad port range", BAD_PORT_RANGE, {
+        "launch": ["env", "HVT_PORTS=50000", str(LAUNCH), "-np", "1", "-H", "localhost:1", "true"],
+        "pytorch_mnist.py": ["env", "HVT_PORTS=50000", str(BIN / "python"), TRAINER,
+                             "--num-proc", "1"]}),
     ("bad trainer option", BAD_TRAINER_OPTION, {
         "launch": [str(LAUNCH), "-np", "1", "-H", "localhost:1", str(BIN / "python"), TRAINER,
                    "--epochs", "x"],

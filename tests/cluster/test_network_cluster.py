@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import BIN, EMULATE, REPO, firewall_on_b, interface_renamed, run_on
-from entry_faults import NETWORK_LOCAL, NETWORK_MISSING
+from conftest import BIN, EMULATE, REPO, TRAINER, firewall_on_b, interface_renamed, run_on
+from entry_faults import BAD_PORT_RANGE, NETWORK_LOCAL, NETWORK_MISSING
 
 from horovod_train.core import interfaces
 from horovod_train.launch import network
@@ -107,6 +107,19 @@ def test_a_named_interface_that_cannot_carry_the_job_is_one_line(decoy_cluster, 
     assert result.stderr.strip().splitlines() == [
         f"launch: error: network interface {named} cannot carry the job: {why}"]
     assert "started" not in result.stdout
+
+
+@pytest.mark.cluster
+def test_a_trainers_num_proc_checks_the_named_network_as_launch_sh_does(decoy_cluster):
+    """A trainer that starts its own ranks (--num-proc, --hosts) reads
+    HVT_NETWORK_INTERFACE as launch.sh does: a name no host has is the same
+    one line, before any rank starts."""
+    result = launch_from_a(TRAINER, "--num-proc", "2", "--hosts", "a:1,b:1", "--no-download",
+                           "--data-dir", "/nonexistent", launcher=str(BIN / "python"),
+                           HVT_NETWORK_INTERFACE="nope", HVT_PROBE_CONNECT_TIMEOUT_S="1")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stderr.strip().splitlines() == [f"pytorch_mnist.py: error: {NETWORK_MISSING}"]
+    assert "starting 2 ranks" not in result.stdout + result.stderr
 
 
 @pytest.mark.cluster
@@ -387,5 +400,4 @@ def test_every_path_trains_inside_the_port_range_a_firewall_opens(
     bad = launch_from_a("-np", "2", "-H", "a:1,b:1", str(BIN / "python"), "-c", ALLREDUCE,
                         HVT_PORTS="50000")
     assert bad.returncode == 2
-    assert bad.stderr.strip() == ("launch: error: HVT_PORTS=50000: want a range of ports "
-                                  "LOW-HIGH between 1024 and 65535, e.g. 50000-50200")
+    assert bad.stderr.strip() == f"launch: error: {BAD_PORT_RANGE}"
