@@ -8,9 +8,8 @@ less those three.
 
 The hosts are checked and the network chosen as scripts/launch.sh does it
 (launch/prepare.py), HVT_NETWORK_INTERFACE and HVT_PORTS included, before
-anything starts. Each rank returns the exit
-code its error line goes with (errors.py); the command exits with the worst
-of them."""
+anything starts. Each rank returns the exit code its error line goes with
+(errors.py); the command exits with the worst of them."""
 
 import os
 from collections.abc import Callable
