@@ -32,12 +32,16 @@ import secrets
 import shlex
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from horovod_train.core import interfaces
 from horovod_train.core.errors import RunFailed, UserError, exit_code
 from horovod_train.launch import hosts, network, openmpi
 from horovod_train.launch.job import Job, named_network, probe_commands
+
+T = TypeVar("T")
 
 TRAINER_CHECK_TIMEOUT_S = 600  # Pyxis may pull the image first
 
@@ -261,6 +265,26 @@ def literal_controller(argv: list[str], env: dict) -> str | None:
     return "mpi" if "--mpi" in words else None
 
 
+def literal_job(host_names: list[str], ssh_port: int | None, identity: str | None,
+                env: dict) -> Job:
+    """The literal horovodrun's hosts as a Job (a slot each: its hooks check
+    hosts and networks, not slots), the network named as launch.sh reads it,
+    the controller its command line gives."""
+    return Job(tuple(hosts.Host(name, 1) for name in host_names), len(host_names), ssh_port,
+               identity, named_network(None, env), literal_controller(sys.argv, env))
+
+
+def as_horovodrun(step: Callable[[], T]) -> T:
+    """`step`'s result, run as a hook inside the literal horovodrun: an error
+    is its one line and horovodrun's exit with the convention's code
+    (horovodrun has no convention of its own)."""
+    done: list[T] = []
+    code = exit_code(lambda: done.append(step()), "horovodrun")
+    if code:
+        raise SystemExit(code)
+    return done[0]
+
+
 def horovodrun_hosts(host_names: list[str], ssh_port: int | None,
                      identity: str | None) -> None:
     """The literal horovodrun's host check (its ssh check's hook in the
@@ -269,11 +293,8 @@ def horovodrun_hosts(host_names: list[str], ssh_port: int | None,
     use is one line and exit 2, within CHECK_DEADLINE_S, where upstream's
     check tries ssh five times and ends in a traceback (over a path that
     loses full-size packets, after minutes)."""
-    job = Job(tuple(hosts.Host(name, 1) for name in host_names), len(host_names), ssh_port,
-              identity)
-    code = exit_code(lambda: check_hosts(job), "horovodrun")
-    if code:
-        raise SystemExit(code)
+    env = dict(os.environ)
+    as_horovodrun(lambda: check_hosts(literal_job(host_names, ssh_port, identity, env)))
 
 
 def horovodrun_network(host_names: list[str], ssh_port: int | None,
@@ -282,23 +303,15 @@ def horovodrun_network(host_names: list[str], ssh_port: int | None,
     Horovod: docker/env/patches/*-network-from-the-platform.patch): this
     module's choice for its hosts, afresh at every launch, as its
     --network-interfaces; its first line said as launch.sh says it; a
-    network that cannot carry the job one line and exit 1 (horovodrun has
-    no convention of its own). None where the hosts need no network."""
+    network that cannot carry the job one line and exit 1. None where the
+    hosts need no network."""
     env = dict(os.environ)
-
-    def choose() -> None:
-        job = Job(tuple(hosts.Host(name, 1) for name in host_names), len(host_names), ssh_port,
-                  identity, named_network(None, env), literal_controller(sys.argv, env))
-        chosen.append(choose_network(job, env))
-
-    chosen: list[network.Choice | None] = []
-    code = exit_code(choose, "horovodrun")
-    if code:
-        raise SystemExit(code)
+    choice = as_horovodrun(
+        lambda: choose_network(literal_job(host_names, ssh_port, identity, env), env))
     # horovodrun's mpirun reads its environment after this hook.
     for name, value in port_environment(ports_of(env), env).items():
         os.environ.setdefault(name, value)
-    if chosen[0] is None:
+    if choice is None:
         return None
-    print(network_lines("horovodrun", chosen[0]), flush=True)
-    return chosen[0].horovodrun_nics.split(",")
+    print(network_lines("horovodrun", choice), flush=True)
+    return choice.horovodrun_nics.split(",")
