@@ -96,7 +96,7 @@ CredType=cred/munge
 # cred_expire: also how long a requeued job waits before it may start again
 # (default 120 s). Slurm's least is 5 s; a step here reaches its slurmd
 # moments after slurmctld signs its credential.
-AuthInfo=socket={state}/munge/munge.socket,cred_expire=10
+AuthInfo=socket={state}/munge/munge.socket,cred_expire=5
 StateSaveLocation={state}/ctld
 # Node-local scratch, as on a real cluster: every slurmd sees its own
 # directory here (start()), while /tmp stays shared like a cluster's shared
@@ -132,9 +132,11 @@ SlurmctldTimeout=30
 SlurmdTimeout=30
 MessageTimeout=10
 KillWait=5
-# A requeued job waits out cred_expire, then for a scheduling pass: the
-# backfill pass every 2 s, not the main one's 60.
-SchedulerParameters=bf_interval=2
+# A requeued job waits out cred_expire, then for a scheduling pass. The
+# backfill pass (every 2 s) runs only after a change of a job or a node, and
+# a requeued job turning eligible is none: it waited for the next node ping,
+# up to 10 s more. The main pass every second tests it as it turns eligible.
+SchedulerParameters=bf_interval=2,sched_interval=1
 InactiveLimit=0
 # Finished jobs stay visible to `scontrol show job` for 15 minutes (sacct keeps them).
 MinJobAge=900
