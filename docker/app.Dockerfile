@@ -13,11 +13,18 @@
 # a trainer needs no rebuild there.
 ARG BASE_IMAGE=horovod-train
 FROM ${BASE_IMAGE}
+# The environment image's user (docker/Dockerfile's HVT_UID); root only to
+# install, the code stays root's and read-only to the user.
+ARG HVT_UID=1000
+USER 0:0
 COPY . /workspace
 # The package from that copy (its console scripts, `python -m
 # horovod_train...`), without dependencies: the environment has them all,
-# pinned. pip builds in the tree; its build files are removed.
+# pinned. pip builds in the tree; its build files are removed. runs/, the
+# trainers' default --log-dir, is the user's.
 RUN /opt/venv/bin/python -m pip install --quiet --no-deps --no-build-isolation \
         --no-cache-dir /workspace \
     && rm -rf /workspace/build /workspace/*.egg-info \
-    && /opt/venv/bin/python -c "import horovod_train.pytorch_mnist"
+    && /opt/venv/bin/python -c "import horovod_train.pytorch_mnist" \
+    && install -d -o "${HVT_UID}" -g "${HVT_UID}" /workspace/runs
+USER ${HVT_UID}:${HVT_UID}

@@ -429,6 +429,9 @@ def image_mounts(mnist_dir, tmp_path_factory) -> dict:
     """Host directories every image host sees: the digits read-only at
     /data, and /runs for the trainers' outputs."""
     runs = tmp_path_factory.mktemp("image-runs")
+    # The image's user (not root) reads the digits and writes the outputs.
+    mnist_dir.chmod(0o755)
+    runs.chmod(0o777)
     return {"data": mnist_dir, "runs": runs}
 
 

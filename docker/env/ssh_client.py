@@ -6,11 +6,12 @@ runs this file as a script, before any of the project is in the container)
 and the emulated hosts (horovod_train/emulation/cluster.py, which imports
 this file through a link in the package). Standard library only.
 
-    python3 ssh_client.py --port 12345 --identity /run/hvt-ssh/id_ed25519 \\
+    python3 ssh_client.py --port 12345 --user hvt --identity /run/hvt-ssh/id_ed25519 \\
         --known-hosts /run/hvt-ssh/known_hosts --host-key KEYS/ssh_host_ed25519_key.pub a b
 """
 
 import argparse
+import getpass
 import sys
 from pathlib import Path
 
@@ -33,12 +34,12 @@ def known_hosts(names: list[str], port: int, public_key: str) -> str:
 
 def config(names: list[str], port: int, identity: str, known_hosts: str,
            checking: str = "yes", global_known_hosts: str | None = None,
-           quiet: bool = False) -> str:
+           quiet: bool = False, user: str = "root") -> str:
     """The `Host` block for the cluster's names. On ssh's default port no
     Port line: ssh's own default reaches the hosts, and a -p given wins, as
     on bare hosts. `checking`: `yes` where every host key is known
     beforehand, `accept-new` to learn a new one (a changed one is still
-    refused)."""
+    refused). `user`: the one every host's sshd runs as and lets in."""
     if checking not in CHECKING:
         raise ValueError(f"checking must be one of {', '.join(CHECKING)}, got {checking!r}")
     port_line = "" if port == SSH_DEFAULT_PORT else f"    Port {port}\n"
@@ -48,7 +49,7 @@ def config(names: list[str], port: int, identity: str, known_hosts: str,
     return f"""\
 # The cluster's hosts: its port and key; host keys are checked.
 Host {' '.join(names)}
-{port_line}    User root
+{port_line}    User {user}
     IdentityFile {identity}
     IdentitiesOnly yes
 {global_line}    UserKnownHostsFile {known_hosts}
@@ -71,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
         prog="ssh_client", description="Print the ssh client config for a cluster's hosts.")
     parser.add_argument("names", nargs="+", help="the cluster's host names")
     parser.add_argument("--port", type=int, default=SSH_DEFAULT_PORT, help="their sshd's port")
+    parser.add_argument("--user", default=getpass.getuser(),
+                        help="the user to log in as (default: the one running this)")
     parser.add_argument("--identity", required=True, help="the cluster's private key")
     parser.add_argument("--known-hosts", required=True, help="the known_hosts file to check")
     parser.add_argument("--checking", choices=CHECKING, default="yes",
@@ -81,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not 0 < args.port < 65536:
         parser.error(f"--port must be 1-65535, got {args.port}")
+    if not args.user or args.user.startswith("-") or any(c.isspace() for c in args.user):
+        parser.error(f"--user must be a user name, got {args.user!r}")
     checking = args.checking
     if args.host_key:
         try:
@@ -89,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--host-key {args.host_key}: {getattr(err, 'strerror', None) or err}")
         Path(args.known_hosts).write_text(line)
         checking = "yes"
-    sys.stdout.write(config(args.names, args.port, args.identity, args.known_hosts, checking))
+    sys.stdout.write(config(args.names, args.port, args.identity, args.known_hosts, checking,
+                            user=args.user))
     return 0
 
 

@@ -105,10 +105,12 @@ def enter_command(host: str, state: Path, command: list[str]) -> list[str]:
     enter = ["nsenter", f"--net=/run/netns/{netns(host)}", "unshare", "--uts"]
     image = load_layout(state).get("image")
     if image:
-        env = [*image["env"], "HOME=/root", f"HVT_CLUSTER_HOSTS={' '.join(image['hosts'])}",
-               f"HVT_SSH_PORT={image['port']}"]
+        user = image.get("user", {"uid": 0, "gid": 0, "home": "/root"})
+        env = [*image["env"], f"HOME={user['home']}",
+               f"HVT_CLUSTER_HOSTS={' '.join(image['hosts'])}", f"HVT_SSH_PORT={image['port']}"]
         return [*enter, "sh", "-c", f"hostname {host} && exec \"$@\"", "sh",
-                "chroot", str(host_dir / "root"), "/usr/bin/env", "-i", *env,
+                "chroot", f"--userspec={user['uid']}:{user['gid']}", "--groups=",
+                str(host_dir / "root"), "/usr/bin/env", "-i", *env,
                 "/bin/sh", "-c", f"cd {image['workdir']} && exec \"$@\"", "sh", *command]
     setup = (
         f"mount --bind {host_dir}/hosts /etc/hosts && "
@@ -307,9 +309,14 @@ def start_image_hosts(image: str, addresses: dict, port: int, state: Path, keys:
     The image's part of the layout is saved first: entering a host reads it."""
     lower = sh("podman", "image", "mount", image).stdout.strip()
     config = json.loads(sh("podman", "image", "inspect", image).stdout)[0]["Config"]
+    user = image_user(Path(lower), config.get("User") or "0")
     spec = {"name": image, "lower": lower, "env": config.get("Env") or [],
             "workdir": config.get("WorkingDir") or "/", "hosts": list(addresses), "port": port,
-            "entrypoint": config.get("Entrypoint") or []}
+            "entrypoint": config.get("Entrypoint") or [], "user": user}
+    # The keys are mounted read-only, as a container runtime mounts them: they
+    # must be the image user's to read (as a site's keys are its users').
+    for key_file in [keys, *keys.iterdir()]:
+        os.chown(key_file, user["uid"], user["gid"])
     layout = load_layout(state)
     layout["image"] = spec
     (state / "cluster.json").write_text(json.dumps(layout, indent=2) + "\n")
@@ -336,6 +343,28 @@ def start_image_hosts(image: str, addresses: dict, port: int, state: Path, keys:
                          stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                          start_new_session=True)
     return spec
+
+
+def image_user(root: Path, spec: str) -> dict:
+    """The image's USER (`uid[:gid]`, numbers or names) as the container
+    runtime takes it: names and the home from the image's /etc/passwd and
+    /etc/group; a bare user gets its own primary group."""
+    name, _, group = spec.partition(":")
+    users = [line.split(":") for line in (root / "etc" / "passwd").read_text().splitlines()
+             if line.count(":") == 6]
+    user = next((u for u in users if name in (u[0], u[2])), None)
+    if user is None and not name.isdigit():
+        raise UserError(f"the image's user {name} is not in its /etc/passwd")
+    uid = int(user[2]) if user else int(name)
+    gid = int(user[3]) if user and not group else None
+    if group:
+        groups = [line.split(":") for line in (root / "etc" / "group").read_text().splitlines()]
+        found = next((g for g in groups if len(g) > 2 and group in (g[0], g[2])), None)
+        if found is None and not group.isdigit():
+            raise UserError(f"the image's group {group} is not in its /etc/group")
+        gid = int(found[2]) if found else int(group)
+    return {"uid": uid, "gid": gid if gid is not None else uid,
+            "home": user[5] if user else "/"}
 
 
 def parse_mount(text: str) -> tuple[Path, str, bool]:

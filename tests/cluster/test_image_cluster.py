@@ -266,7 +266,7 @@ def test_ssh_between_containers_takes_the_clusters_host_key_and_no_other(image_c
     assert "StrictHostKeyChecking yes" in config, config
     assert run_on("a", "ssh", "b", "true").returncode == 0
     cluster_key = (STATE_DIR / "keys" / "ssh_host_ed25519_key.pub").read_text().split()[1]
-    served = run_on("b", "cat", "/run/hvt-ssh/ssh_host_ed25519_key").stdout
+    served = run_on("b", "cat", "/run/hvt-ssh/ssh_host_key").stdout
     assert served == (STATE_DIR / "keys" / "ssh_host_ed25519_key").read_text()
     assert cluster_key in run_on("a", "cat", "/run/hvt-ssh/known_hosts").stdout
     started = run_on("b", "sh", "-c",
@@ -286,24 +286,85 @@ USERS_SSH_FILES = ("config", "id_ed25519", "known_hosts", "authorized_keys")
 
 @pytest.mark.cluster
 def test_the_entrypoint_leaves_a_home_that_holds_the_users_own_ssh_files(image_cluster):
-    """Apptainer may bind the user's home at /root: the entrypoint, run
-    again on b with the user's own ssh files there, leaves each byte of them
-    and keeps its own files in /run/hvt-ssh."""
+    """Apptainer may bind the user's home into the container: the
+    entrypoint, run again on b with the user's own ssh files there, leaves
+    each byte of them and keeps its own files in /run/hvt-ssh."""
     users = "".join(f"the user's {name}\n" for name in USERS_SSH_FILES)
-    run_on("b", "sh", "-c", "mkdir -p /root/.ssh && for f in " + " ".join(USERS_SSH_FILES)
-           + "; do echo \"the user's $f\" > /root/.ssh/$f; done")
+    run_on("b", "sh", "-c", "mkdir -p ~/.ssh && for f in " + " ".join(USERS_SSH_FILES)
+           + "; do echo \"the user's $f\" > ~/.ssh/$f; done")
     try:
         # A second sshd, on a port of its own, logging to a file: the first
         # one keeps serving the cluster.
         again = run_on("b", "sh", "-c", "HVT_SSH_PORT=2223 /usr/local/bin/entrypoint.sh "
                        "echo started > /tmp/entrypoint.log 2>&1; cat /tmp/entrypoint.log")
         assert again.returncode == 0 and "started\n" in again.stdout, again
-        kept = run_on("b", "sh", "-c", "cd /root/.ssh && cat " + " ".join(USERS_SSH_FILES))
+        kept = run_on("b", "sh", "-c", "cd ~/.ssh && cat " + " ".join(USERS_SSH_FILES))
         assert kept.stdout == users
         assert run_on("b", "ls", "/run/hvt-ssh").stdout.split() == [
-            "authorized_keys", "config", "id_ed25519", "known_hosts", "ssh_host_ed25519_key"]
+            "authorized_keys", "config", "id_ed25519", "known_hosts", "ssh_host_key"]
     finally:
-        run_on("b", "sh", "-c", "pkill -f '[-]p 2223 -h'; rm -rf /root/.ssh")
+        run_on("b", "sh", "-c", "pkill -f '[-]p 2223 -h'; rm -rf ~/.ssh")
+        entrypoint_again("b")
+
+
+def entrypoint_again(host: str, *variables: str) -> tuple[int, str]:
+    """The image's entrypoint run once more on `host` with these settings,
+    then `true`: its files in /run/hvt-ssh are rewritten, its sshd stays.
+    Its exit code and output, through a file: the sshd it starts keeps
+    its output open."""
+    ran = run_on(host, "sh", "-c", f"env {' '.join(variables)} /usr/local/bin/entrypoint.sh "
+                 "true > /tmp/entrypoint.log 2>&1; echo $?; cat /tmp/entrypoint.log")
+    code, _, output = ran.stdout.partition("\n")
+    return int(code), output
+
+
+def processes_of(host: str, name: str) -> list[str]:
+    """The user of each process of that name on the host."""
+    listing = run_on(host, "sh", "-c", "for p in /proc/[0-9]*; do "
+                     f"[ \"$(cat $p/comm 2>/dev/null)\" = {name} ] && stat -c %U $p; done; true")
+    return listing.stdout.split()
+
+
+@pytest.mark.cluster
+def test_the_image_runs_as_its_user_and_takes_the_operators_per_job_key(image_cluster):
+    """The containers run as the image's unprivileged user: its sshd, the
+    commands, the ssh logins. Keys it cannot read are one line, exit 2. The
+    Kubeflow MPI Operator's per-job key (an ECDSA key in PEM, as the
+    operator writes it) serves as user key and host key: an sshd of b
+    started with it is reached, its host key checked against the job's."""
+    assert run_on("a", "id", "-un").stdout.strip() == "hvt"
+    assert set(processes_of("b", "sshd")) == {"hvt"}
+    b_root = STATE_DIR / "hosts" / "b" / "root"
+    roots = b_root / "tmp" / "roots-keys"
+    operator = b_root / "tmp" / "operator-keys"
+    for keys in (roots, operator):
+        keys.mkdir()
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f",
+                    str(roots / "ssh_host_ed25519_key")], check=True)
+    subprocess.run(["ssh-keygen", "-q", "-t", "ecdsa", "-b", "521", "-m", "PEM", "-N", "",
+                    "-f", str(operator / "id_rsa")], check=True)
+    (operator / "authorized_keys").write_text((operator / "id_rsa.pub").read_text())
+    for path in [operator, *operator.iterdir()]:
+        os.chown(path, 1000, 1000)
+    try:
+        code, said = entrypoint_again("b", "HVT_KEYS_DIR=/tmp/roots-keys", "HVT_SSH_PORT=2224")
+        assert code == 2 and said.strip() == (
+            "entrypoint: error: cannot read /tmp/roots-keys/ssh_host_ed25519_key as hvt "
+            "(uid 1000): make the keys readable by this uid (chown 1000 on the host) or run "
+            "the container as their owner"), said
+        code, said = entrypoint_again("b", "HVT_KEYS_DIR=/tmp/operator-keys", "HVT_SSH_PORT=2224",
+                                      "HVT_CLUSTER_HOSTS=b")
+        assert code == 0, said
+        served = run_on("b", "cat", "/run/hvt-ssh/ssh_host_key").stdout
+        assert served == (operator / "id_rsa").read_text() and "EC PRIVATE KEY" in served
+        job_key = (operator / "id_rsa.pub").read_text().split()[1]
+        assert job_key in run_on("b", "ssh-keygen", "-F", "[b]:2224", "-f",
+                                 "/run/hvt-ssh/known_hosts").stdout
+        reached = run_on("b", "ssh", "b", "id", "-un")
+        assert reached.returncode == 0 and reached.stdout == "hvt\n", reached.stderr
+    finally:
+        run_on("b", "sh", "-c", "pkill -f '[-]p 2224 -h'")
+        entrypoint_again("b")  # the cluster's keys and port again (its sshd still listens)
 
 
 @pytest.mark.slow
@@ -336,7 +397,7 @@ def test_two_host_command_inside_the_image(variant, hosts, image_mounts, control
     assert_trained(run, 4, controller, {"a": 2, "b": 2}, min_accuracy=0.9)
     # b's sshd says who came in, in the container's own output.
     container_log = (STATE_DIR / "hosts" / "b" / "container.log").read_text()
-    assert "Accepted publickey for root from " in container_log, container_log[-2000:]
+    assert "Accepted publickey for hvt from " in container_log, container_log[-2000:]
 
 
 @pytest.mark.cluster
@@ -363,7 +424,7 @@ def test_a_users_script_runs_by_the_literal_horovodrun_in_the_image(variant, hos
 
 # What the repository root's .dockerignore lets into the image's /workspace.
 APP_FILES = {"README.md", "benchmarks", "docker", "horovod_train", "hostfiles", "pyproject.toml",
-             "scripts"}
+             "scripts", "runs"}
 
 
 @pytest.mark.slow
@@ -379,7 +440,7 @@ def test_the_image_with_the_code_runs_the_two_host_command_with_nothing_mounted(
     digits = subprocess.run(["tar", "-C", str(small_mnist_dir), "-c", "."], capture_output=True,
                             check=True).stdout
     for host in ("a", "b"):
-        subprocess.run(on_host(host, ["sh", "-c", "mkdir -p /data && tar -x -C /data"]),
+        subprocess.run(on_host(host, ["sh", "-c", "mkdir -p /tmp/data && tar -x -C /tmp/data"]),
                        input=digits, capture_output=True, check=True, timeout=120)
     assert set(run_on("a", "ls", "-A", "/workspace").stdout.split()) == APP_FILES
     # The installed package, apart from the copy at /workspace that the image's
@@ -401,9 +462,9 @@ def test_the_image_with_the_code_runs_the_two_host_command_with_nothing_mounted(
         assert checked.returncode == 0, checked.stdout[-3000:] + checked.stderr[-3000:]
         assert "preflight: all well, 2 hosts checked in " in checked.stdout
         result = run_on("a", "horovodrun", "-np", "4", "-H", "a:2,b:2", "-p", "12345", "python",
-                        "horovod_train/pytorch_mnist.py", "--data-dir", "/data", "--no-download",
-                        "--epochs", "1", "--no-progress", "--log-dir", "/tmp/run", "--no-cuda",
-                        timeout=600)
+                        "horovod_train/pytorch_mnist.py", "--data-dir", "/tmp/data",
+                        "--no-download", "--epochs", "1", "--no-progress", "--log-dir",
+                        "/tmp/run", "--no-cuda", timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     # The platform's network rule, which the image's Horovod asks: by subnet.
     assert " on a eth0, b ens5 (chosen)" in result.stdout.splitlines()[0], result.stdout[:500]

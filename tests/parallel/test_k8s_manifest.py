@@ -4,22 +4,24 @@ templates against Kubernetes' own schemas (kubernetes-validate, strict: unknown
 fields fail), and its launch command, hosts, SSH port, image and keys against
 what horovodrun, the trainer, the images (docker/Dockerfile, and
 docker/app.Dockerfile's, which carries the code), the image's entrypoint and
-scripts/cluster_keys.sh expect. Each check is also shown failing on a broken
-copy of the manifest. The InfiniBand/RoCE variant, `kubectl kustomize
-docker/k8s` (rendered for real), passes the same checks and adds IPC_LOCK and
-an RDMA device to the workers, and nothing else."""
+the operator's per-job key expect; its pods against Kubernetes' "restricted"
+Pod Security Standard (tests/pod_security.py). Each check is also shown
+failing on a broken copy of the manifest. The InfiniBand/RoCE variant,
+`kubectl kustomize docker/k8s` (rendered for real), passes the same checks
+and adds IPC_LOCK and an RDMA device to the workers, which run as root for
+it, and nothing else."""
 
 import copy
 import fnmatch
 import json
 import re
-import shlex
 import shutil
 import subprocess
 import sys
 
 import jsonschema
 import kubernetes_validate
+import pod_security
 import pytest
 import yaml
 from conftest import REPO
@@ -39,6 +41,9 @@ K8S_VERSIONS = ("1.25.0", kubernetes_validate.latest_version())
 # Where the v2beta1 operator mounts the hostfile it writes (OpenMPI's
 # OMPI_MCA_orte_default_hostfile points there too).
 OPERATOR_HOSTFILE = "/etc/mpi/hostfile"
+# What the v2beta1 operator mounts at sshAuthMountPath from its per-job
+# Secret (an ECDSA P-521 key in PEM, despite the name).
+OPERATOR_KEY_FILES = ("id_rsa", "id_rsa.pub", "authorized_keys")
 
 
 def replica(job, kind):
@@ -125,13 +130,9 @@ def pod_template_errors(job, version):
     return errors
 
 
-def secret_command():
-    """The `kubectl create secret generic` command in the manifest's header."""
-    header = "\n".join(line[1:].strip() for line in MANIFEST_FILE.read_text().splitlines()
-                       if line.startswith("#"))
-    match = re.search(r"kubectl create secret generic (?:[^\n]*\\\n)*[^\n]*", header)
-    assert match, "no `kubectl create secret generic` command in the manifest's header"
-    return shlex.split(match.group(0).replace("\\\n", " "))
+def image_uid():
+    """The uid the image runs as (docker/Dockerfile's HVT_UID default)."""
+    return int(re.search(r"^ARG HVT_UID=(\d+)$", DOCKERFILE, re.M).group(1))
 
 
 def problems(job):
@@ -218,31 +219,22 @@ def problems(job):
     if spec.get("launcherCreationPolicy") != "WaitForWorkersReady":
         found.append("the launcher may start before the workers' sshd listens")
 
-    # Keys: the Secret from cluster_keys.sh's files, at the entrypoint's
-    # keys directory; the operator's own key mount away from the directory
-    # the entrypoint writes its ssh files to.
-    keys_dir = re.search(r"keys=\$\{HVT_KEYS_DIR:-([^}]+)\}", ENTRYPOINT).group(1)
-    kubectl = secret_command()
-    secret_name = kubectl[kubectl.index("generic") + 1]
-    # --from-file=KEY=PATH: the Secret's keys.
-    from_files = [a.split("=")[1] for a in kubectl if a.startswith("--from-file=")]
-    for kind in ("Launcher", "Worker"):
-        keys = volume_for(job, kind, keys_dir)
-        if keys is None or "secret" not in keys:
-            found.append(f"{kind}: no Secret mounted at {keys_dir}")
-            continue
-        if keys["secret"].get("secretName") != secret_name:
-            found.append(f"{kind}: Secret {keys['secret'].get('secretName')} is not "
-                         f"the documented {secret_name}")
-        items = {i["key"]: i["path"] for i in keys["secret"].get("items", [])}
-        if set(items) != set(from_files) or any(k != p for k, p in items.items()):
-            found.append(f"{kind}: Secret items {items} != the documented keys {from_files}")
-        missing = [k for k in items if f'"$keys/{k}"' not in ENTRYPOINT]
-        if missing:
-            found.append(f"{kind}: the entrypoint does not read {missing}")
-    ssh_dir = re.search(r"^ssh_dir=(\S+)$", ENTRYPOINT, re.M).group(1)
+    # Keys: the operator's per-job key, mounted at sshAuthMountPath, is the
+    # entrypoint's keys directory, and the entrypoint reads the files the
+    # operator mounts; that mount is away from the directory the entrypoint
+    # writes its ssh files to.
     ssh_mount = spec.get("sshAuthMountPath", "/root/.ssh").rstrip("/")
-    if any(ssh_mount == d or d.startswith(ssh_mount + "/") for d in (ssh_dir, keys_dir)):
+    for kind in ("Launcher", "Worker"):
+        keys_dir = env(job, kind).get("HVT_KEYS_DIR", "/etc/horovod/keys")
+        if keys_dir != ssh_mount:
+            found.append(f"{kind}: HVT_KEYS_DIR {keys_dir} is not the operator's key "
+                         f"mount {ssh_mount}")
+    missing = [f for f in OPERATOR_KEY_FILES if f'"$keys/{f}"' not in ENTRYPOINT
+               and f'"$keys/{f.removesuffix(".pub")}.pub"' not in ENTRYPOINT]
+    if missing:
+        found.append(f"the entrypoint does not read the operator's {missing}")
+    ssh_dir = re.search(r"^ssh_dir=(\S+)$", ENTRYPOINT, re.M).group(1)
+    if ssh_mount == ssh_dir or ssh_dir.startswith(ssh_mount + "/"):
         found.append(f"sshAuthMountPath {ssh_mount} hides the entrypoint's SSH files")
 
     # /dev/shm: memory, not the container's 64 MiB default.
@@ -250,14 +242,17 @@ def problems(job):
     if shm is None or shm.get("emptyDir", {}).get("medium") != "Memory":
         found.append(f"/dev/shm on the workers is not a memory emptyDir: {shm}")
 
-    # No API token, and the runtime's default seccomp filter, in every pod.
+    # No API token, the runtime's default seccomp filter, the image's user.
     for kind in ("Launcher", "Worker"):
         pod = replica(job, kind)["template"]["spec"]
         if pod.get("automountServiceAccountToken") is not False:
             found.append(f"{kind}: the pods mount a service account token")
-        if pod.get("securityContext", {}).get("seccompProfile", {}).get("type") != \
-                "RuntimeDefault":
+        context = pod.get("securityContext", {})
+        if context.get("seccompProfile", {}).get("type") != "RuntimeDefault":
             found.append(f"{kind}: no RuntimeDefault seccomp profile")
+        if context.get("runAsUser") != image_uid():
+            found.append(f"{kind}: runAsUser {context.get('runAsUser')} is not the image's "
+                         f"user {image_uid()}")
 
     # Pod names: the operator's validation wants DNS-1035 labels.
     for host in operator_hostnames(job):
@@ -400,10 +395,10 @@ def _env(kind, name, value):
      "Launcher: no RuntimeDefault seccomp profile"),
     (lambda job: volume_for(job, "Worker", "/dev/shm")["emptyDir"].pop("medium"),
      "/dev/shm on the workers is not a memory emptyDir"),
-    (lambda job: volume_for(job, "Worker", "/etc/horovod/keys")["secret"]["items"].append(
-        {"key": "id_rsa", "path": "id_rsa"}), "Worker: Secret items"),
-    (lambda job: volume_for(job, "Launcher", "/etc/horovod/keys")["secret"].update(
-        secretName="cluster-keys"), "Launcher: Secret cluster-keys is not"),
+    (_env("Worker", "HVT_KEYS_DIR", "/etc/horovod/keys"),
+     "Worker: HVT_KEYS_DIR /etc/horovod/keys is not the operator's key mount"),
+    (_set(["spec", "mpiReplicaSpecs", "Launcher", "template", "spec", "securityContext",
+           "runAsUser"], 0), "Launcher: runAsUser 0 is not the image's user 1000"),
 ])
 def test_problems_are_found_in_a_broken_manifest(change, words):
     found = problems(edited(change))
@@ -441,77 +436,72 @@ def test_horovod_reads_the_command_so(tmp_path):
     assert sum(read["slots"].values()) == read["np"]
 
 
-def test_secret_holds_the_files_cluster_keys_writes(tmp_path):
-    """The documented `kubectl create secret` reads files that
-    scripts/cluster_keys.sh really writes, each under its own name."""
-    if shutil.which("ssh-keygen") is None:
-        pytest.skip("scripts/cluster_keys.sh needs ssh-keygen")
-    subprocess.run([str(REPO / "scripts" / "cluster_keys.sh"), "cluster-keys"],
-                   cwd=tmp_path, check=True, capture_output=True)
-    kubectl = secret_command()
-    assert kubectl[:4] == ["kubectl", "create", "secret", "generic"]
-    from_files = [a.removeprefix("--from-file=") for a in kubectl[5:]]
-    assert len(from_files) == len(kubectl) - 5, kubectl
-    for spec in from_files:
-        key, path = spec.split("=", 1)
-        assert path == f"cluster-keys/{key}"
-        assert (tmp_path / path).is_file(), f"cluster_keys.sh wrote no {path}"
-    assert {f.split("=")[0] for f in from_files} == {
-        "id_ed25519", "authorized_keys", "ssh_host_ed25519_key", "ssh_host_ed25519_key.pub"}
-
-
-def test_documented_kubectl_command_makes_the_secret_the_pods_mount(tmp_path):
-    """Run for real where kubectl is installed: --dry-run=client needs no cluster."""
-    if shutil.which("kubectl") is None or shutil.which("ssh-keygen") is None:
-        pytest.skip("needs kubectl and ssh-keygen")
-    subprocess.run([str(REPO / "scripts" / "cluster_keys.sh"), "cluster-keys"],
-                   cwd=tmp_path, check=True, capture_output=True)
-    run = subprocess.run(secret_command() + ["--dry-run=client", "-o", "json"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=60)
-    assert run.returncode == 0, run.stderr
-    secret = json.loads(run.stdout)
-    kubernetes_validate.validate(secret, K8S_VERSIONS[-1], strict=True)
-    mounted = volume_for(MANIFEST, "Worker", "/etc/horovod/keys")["secret"]
-    assert secret["metadata"]["name"] == mounted["secretName"]
-    assert set(secret["data"]) == {i["key"] for i in mounted["items"]}
-
-
 def test_ssh_config_the_entrypoint_writes_reaches_the_hostfile_names(tmp_path):
     """The entrypoint's ssh client config, written as it writes it with the
-    launcher's HVT_CLUSTER_HOSTS and HVT_SSH_PORT and the Secret's host key,
-    gives ssh the workers' port and the cluster's key for every name in the
-    operator's hostfile, and the cluster's host key as the one each name must
-    show (ssh -G prints the settings ssh would use, without connecting;
-    ssh-keygen -F finds a name's known key)."""
+    launcher's HVT_CLUSTER_HOSTS and HVT_SSH_PORT and a key as the operator
+    makes one (ECDSA P-521, PEM), gives ssh the workers' port, the image's
+    user and the job's key for every name in the operator's hostfile, and
+    the job's key as the host key each name must show (ssh -G prints the
+    settings ssh would use, without connecting; ssh-keygen -F finds a name's
+    known key)."""
     if shutil.which("ssh") is None:
         pytest.skip("needs the ssh client")
     assert "/opt/horovod-env/ssh_client.py" in ENTRYPOINT
-    keys = tmp_path / "keys"
-    subprocess.run([str(REPO / "scripts" / "cluster_keys.sh"), str(keys)], check=True,
-                   capture_output=True, timeout=60)
+    subprocess.run(["ssh-keygen", "-q", "-t", "ecdsa", "-b", "521", "-m", "PEM", "-N", "",
+                    "-f", str(tmp_path / "id_rsa")], check=True, timeout=60)
+    assert "BEGIN EC PRIVATE KEY" in (tmp_path / "id_rsa").read_text()
     launcher = env(MANIFEST, "Launcher")
     known_hosts = tmp_path / "known_hosts"
     written = subprocess.run(
         [sys.executable, str(REPO / "docker" / "env" / "ssh_client.py"),
-         "--port", launcher["HVT_SSH_PORT"], "--identity", "/run/hvt-ssh/id_ed25519",
-         "--known-hosts", str(known_hosts), "--host-key", str(keys / "ssh_host_ed25519_key.pub"),
-         *launcher["HVT_CLUSTER_HOSTS"].split()],
+         "--port", launcher["HVT_SSH_PORT"], "--user", "hvt",
+         "--identity", "/run/hvt-ssh/id_rsa", "--known-hosts", str(known_hosts),
+         "--host-key", str(tmp_path / "id_rsa.pub"), *launcher["HVT_CLUSTER_HOSTS"].split()],
         capture_output=True, text=True, timeout=30)
     assert written.returncode == 0, written.stderr
     config = tmp_path / "config"
     config.write_text(written.stdout)
-    host_key = (keys / "ssh_host_ed25519_key.pub").read_text().split()[1]
+    job_key = (tmp_path / "id_rsa.pub").read_text().split()[1]
     for host in operator_hostnames(MANIFEST) + operator_hostnames(MANIFEST, "training"):
         run = subprocess.run(["ssh", "-G", "-F", str(config), host],
                              capture_output=True, text=True, timeout=30)
         assert run.returncode == 0, run.stderr
         settings = dict(line.split(" ", 1) for line in run.stdout.splitlines() if " " in line)
         assert settings["port"] == launcher["HVT_SSH_PORT"] == "12345"
-        assert settings["identityfile"] == "/run/hvt-ssh/id_ed25519"
+        assert settings["user"] == "hvt"
+        assert settings["identityfile"] == "/run/hvt-ssh/id_rsa"
         assert settings["stricthostkeychecking"] == "true"
         known = subprocess.run(["ssh-keygen", "-F", f"[{host}]:12345", "-f", str(known_hosts)],
                                capture_output=True, text=True, timeout=30)
-        assert host_key in known.stdout, (host, known.stdout)
+        assert job_key in known.stdout, (host, known.stdout)
+
+
+def pods(job):
+    return {kind: replica(job, kind)["template"]["spec"] for kind in ("Launcher", "Worker")}
+
+
+def test_the_pods_meet_the_restricted_pod_security_standard():
+    assert {kind: pod_security.restricted(pod) for kind, pod in pods(MANIFEST).items()} == {
+        "Launcher": [], "Worker": []}
+
+
+@pytest.mark.parametrize("change, words", [
+    (_set(["spec", "mpiReplicaSpecs", "Worker", "template", "spec", "containers", 0,
+           "securityContext", "allowPrivilegeEscalation"], True),
+     "worker: allowPrivilegeEscalation is not false"),
+    (lambda job: container(job, "Launcher")["securityContext"].pop("capabilities"),
+     "launcher: capabilities do not drop ALL"),
+    (lambda job: replica(job, "Worker")["template"]["spec"]["securityContext"].pop(
+        "runAsNonRoot"), "worker: runAsNonRoot is not true"),
+    (lambda job: replica(job, "Worker")["template"]["spec"]["volumes"].append(
+        {"name": "nodes", "hostPath": {"path": "/"}}), "hostPath volume nodes"),
+    (lambda job: container(job, "Worker")["securityContext"].update(privileged=True),
+     "worker: privileged"),
+])
+def test_the_pod_security_check_finds_each_breach(change, words):
+    found = [line for pod in pods(edited(change)).values()
+             for line in pod_security.restricted(pod)]
+    assert any(words in line for line in found), found
 
 
 def test_the_network_policy_admits_the_jobs_pods_alone():
@@ -549,13 +539,17 @@ def rdma_job():
 
 
 def without_rdma(job):
-    """The job less what the RDMA component adds to the worker container."""
+    """The job less what the RDMA component changes: the worker container's
+    security context (root, IPC_LOCK) back to the plain job's, its RDMA
+    device, and the launcher's ssh user (root, whom the workers' sshd lets
+    in)."""
     job = copy.deepcopy(job)
     worker = container(job, "Worker")
-    capabilities = worker.get("securityContext", {}).get("capabilities", {})
-    if capabilities.get("add") == ["IPC_LOCK"]:
-        del worker["securityContext"]
+    if worker.get("securityContext", {}).get("capabilities", {}).get("add") == ["IPC_LOCK"]:
+        worker["securityContext"] = container(MANIFEST, "Worker")["securityContext"]
     worker["resources"]["limits"].pop(RDMA_RESOURCE, None)
+    launcher = container(job, "Launcher")
+    launcher["env"] = [e for e in launcher["env"] if e != {"name": "HVT_SSH_USER", "value": "root"}]
     return job
 
 
@@ -568,15 +562,23 @@ def test_rdma_variant_is_a_valid_mpijob(rdma_job):
 
 
 def test_rdma_variant_gives_the_workers_ipc_lock_and_an_rdma_device(rdma_job):
+    """IPC_LOCK reaches root's processes alone: the workers run as root, and
+    the launcher (no rank, no RDMA) logs in to them as root. Only the
+    workers leave the restricted standard, for the capability and root."""
     worker = container(rdma_job, "Worker")
-    assert worker["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
+    assert worker["securityContext"] == {"runAsUser": 0, "runAsNonRoot": False,
+                                         "capabilities": {"add": ["IPC_LOCK"]}}
     assert worker["resources"]["limits"][RDMA_RESOURCE] == 1
-    # The launcher runs no rank: no RDMA there.
-    assert container(rdma_job, "Launcher") == container(MANIFEST, "Launcher")
+    assert {"name": "HVT_SSH_USER", "value": "root"} in container(rdma_job, "Launcher")["env"]
+    found = {kind: pod_security.restricted(pod) for kind, pod in pods(rdma_job).items()}
+    assert found["Launcher"] == []
+    assert "worker: adds capabilities ['IPC_LOCK']" in found["Worker"]
+    assert "worker: runAsNonRoot is not true" in found["Worker"]
 
 
 def test_rdma_variant_is_the_plain_job_and_that_only(rdma_job):
     assert without_rdma(rdma_job) == MANIFEST
     # The plain path (kubectl apply -f docker/k8s/mpijob.yaml) has none of it.
     assert without_rdma(MANIFEST) == MANIFEST
-    assert "securityContext" not in container(MANIFEST, "Worker")
+    assert "capabilities" not in json.dumps(container(MANIFEST, "Worker")).replace(
+        '"capabilities": {"drop": ["ALL"]}', "")
