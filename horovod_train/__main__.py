@@ -36,9 +36,9 @@ COMMANDS = {
     "emulate-cluster": ("horovod_train.emulation.cluster",
                         "hosts emulated on this machine, for horovodrun across them "
                         "(scripts/emulate_cluster.sh)"),
-    "slurm-submit": ("horovod_train.launch.submit",
+    "slurm-submit": ("horovod_train.launch.slurm.submit",
                      "submit training to Slurm with Submitit (scripts/slurm/submit.sh)"),
-    "slurm-job": ("horovod_train.launch.slurm",
+    "slurm-job": ("horovod_train.launch.slurm.sbatch",
                   "Horovod on a Slurm allocation, the batch step of "
                   "scripts/slurm/horovod.sbatch"),
     "slurm-local-cluster": ("horovod_train.emulation.slurm",

@@ -3,7 +3,7 @@
     python -m horovod_train.core.rank_script SCRIPT [ARGS...]
     python -m horovod_train.core.rank_script -m MODULE [ARGS...]
 
-The Slurm job (launch/slurm_plan.py) starts every srun rank so. It prepares
+The Slurm job (launch/slurm/plan.py) starts every srun rank so. It prepares
 the rank as the project's trainers prepare theirs (runtime.prepare_rank:
 the project's Open MPI setting, this host's interfaces on the job's chosen
 networks for Gloo and NCCL, MPI started at the start barrier where the job

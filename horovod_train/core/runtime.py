@@ -156,7 +156,7 @@ CPU_RANK_HOROVOD_SETTINGS = {"HOROVOD_FUSION_THRESHOLD": str(4 * 1024 * 1024)}
 
 
 # The Slurm job hands its ranks the networks it chose in CIDR form,
-# HVT_NETWORKS (launch/slurm.py), and Open MPI's variables the same. Gloo
+# HVT_NETWORKS (launch/slurm/sbatch.py), and Open MPI's variables the same. Gloo
 # and NCCL take interface names, which may differ from host to host: each
 # rank names its own host's. NCCL reads a bare name as a prefix (eth1 would
 # also select eth10): `=` asks for exact names.

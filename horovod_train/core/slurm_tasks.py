@@ -1,6 +1,6 @@
 """Slurm's task counts as its variables write them (SLURM_TASKS_PER_NODE,
 SLURM_STEP_TASKS_PER_NODE): a rank reads them before Horovod starts
-(runtime.py), the Slurm job to lay out its hosts (launch/slurm.py)."""
+(runtime.py), the Slurm job to lay out its hosts (launch/slurm/sbatch.py)."""
 
 import re
 

@@ -7,7 +7,7 @@ hang: a bridge local to each host (Docker's `docker0`, the same address on
 every host), a management network that only some hosts are on, a slow
 second network beside the fast one. The job chooses here, from what every
 node reports, networks rather than names (a node's `eth0` may be another's
-`ens5`), on every path that starts ranks: srun's (launch/slurm.py) and
+`ens5`), on every path that starts ranks: srun's (launch/slurm/sbatch.py) and
 scripts/launch.sh's (launch/horovodrun.py, which hands the choice to
 horovodrun):
 

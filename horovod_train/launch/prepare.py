@@ -1,7 +1,7 @@
 """What every entry point does before its ranks start, in one order
 (launch/pipeline.py's steps 3 to 5): the hosts reached as the ranks will be,
 the preflight when asked, then the network. scripts/launch.sh
-(horovodrun.py), the Slurm job (slurm.py) and a trainer's --num-proc
+(horovodrun.py), the Slurm job (slurm/sbatch.py) and a trainer's --num-proc
 (python_launcher.py) call it, each having read its job and checked its
 input, and then start their ranks their own way. It sits above both
 pipeline.py and preflight.py, whose steps it orders."""

@@ -25,9 +25,12 @@ from horovod_train.core.errors import RunFailed, UserError
 from horovod_train.core.interfaces import Interface
 from horovod_train.core.slurm_tasks import expand_tasks_per_node
 from horovod_train.emulation import slurm as slurm_emulation
-from horovod_train.launch import network, openmpi, slurm, slurm_plan, submit
+from horovod_train.launch import network, openmpi
 from horovod_train.launch.allocation import Allocation, allocation_from_env, node_hostnames
 from horovod_train.launch.hosts import Host
+from horovod_train.launch.slurm import plan as slurm_plan
+from horovod_train.launch.slurm import sbatch as slurm_job
+from horovod_train.launch.slurm import submit
 
 SBATCH_SCRIPT = REPO / "scripts" / "slurm" / "horovod.sbatch"
 SUBMIT = REPO / "scripts" / "slurm" / "submit.sh"
@@ -163,7 +166,7 @@ def test_horovodrun_plan_runs_it_from_the_checkout_with_the_probes_choice():
     choice = network.Choice([network.Network("10.0.0.0/24", {
         "a": Interface("eth0", True, False, "10.0.0.11/24"),
         "b": Interface("ens5", True, False, "10.0.0.12/24")}, True)], False, {})
-    assert slurm.with_network(plan.main, choice)[:3] == [
+    assert slurm_job.with_network(plan.main, choice)[:3] == [
         f"{venv}/horovodrun", "--network-interfaces", "10.0.0.0/24"]
 
 
@@ -296,15 +299,15 @@ def test_a_cpu_build_in_a_job_given_gpus_is_one_line_before_anything_starts(tmp_
     (tmp_path / "train.py").write_text("import horovod.torch\n")
     settings = slurm_plan.make_settings(checkout=tmp_path)
     with pytest.raises(UserError) as refused:
-        slurm.run_job(["python", "train.py"], job_env, settings)  # before any srun: none here
+        slurm_job.run_job(["python", "train.py"], job_env, settings)  # before any srun: none here
     assert str(refused.value).startswith(
         f"this Horovod is built for the CPU alone (--gpu-ops none), and host a has {said}: "
         "set it up with GPU operations (scripts/setup.sh --gpu-ops nccl"), refused.value
     # --no-cuda, no GPUs given, or a GPU build: nothing to refuse.
-    slurm.check_gpu_build(settings, job_env, True, "a")
-    slurm.check_gpu_build(settings, {"SLURM_GPUS_ON_NODE": "0"}, False, "a")
+    slurm_job.check_gpu_build(settings, job_env, True, "a")
+    slurm_job.check_gpu_build(settings, {"SLURM_GPUS_ON_NODE": "0"}, False, "a")
     (venv / "horovod-build.json").write_text(json.dumps({"gpu_ops": "nccl"}))
-    slurm.check_gpu_build(settings, job_env, False, "a")
+    slurm_job.check_gpu_build(settings, job_env, False, "a")
 
 
 def test_more_ranks_than_the_jobs_tasks_are_refused():
@@ -588,15 +591,15 @@ def test_sshd_wait_returns_when_the_hosts_answer_and_fails_when_the_step_dies(de
     addresses = tuple(decoy_cluster["hosts"].values())
     alive = subprocess.Popen(["sleep", "30"])
     try:
-        slurm.wait_for_sshd(addresses, decoy_cluster["port"], alive, timeout_s=30)
+        slurm_job.wait_for_sshd(addresses, decoy_cluster["port"], alive, timeout_s=30)
     finally:
         alive.kill()
         alive.wait()
-    assert not slurm.ssh_answers(addresses[0], 1)
+    assert not slurm_job.ssh_answers(addresses[0], 1)
     dead = subprocess.Popen(["false"])
     dead.wait()
     with pytest.raises(RunFailed, match="the containers' sshd step ended .exit 1. before"):
-        slurm.wait_for_sshd(addresses, 1, dead, timeout_s=30)
+        slurm_job.wait_for_sshd(addresses, 1, dead, timeout_s=30)
 
 
 def cluster_subnet(layout: dict) -> str:

@@ -16,8 +16,9 @@ from conftest import REPO
 from horovod_train.core import interfaces, runtime
 from horovod_train.core.errors import UserError
 from horovod_train.core.interfaces import Interface, local_interfaces, names_on, parse_networks
-from horovod_train.launch import horovodrun, network, openmpi, pipeline, slurm_plan
+from horovod_train.launch import horovodrun, network, openmpi, pipeline
 from horovod_train.launch.job import named_network
+from horovod_train.launch.slurm import plan as slurm_plan
 
 
 def host(*interfaces: Interface) -> list[Interface]:

@@ -9,8 +9,9 @@ import pytest
 from conftest import REPO
 
 from horovod_train.core.errors import UserError
-from horovod_train.launch import pipeline, slurm_plan
+from horovod_train.launch import pipeline
 from horovod_train.launch.allocation import allocation_from_env
+from horovod_train.launch.slurm import plan as slurm_plan
 
 USER_SCRIPTS = REPO / "tests" / "user_scripts"
 PYTHON = f"{REPO}/.venv/bin/python"

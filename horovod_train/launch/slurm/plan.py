@@ -2,7 +2,7 @@
 checked: make_settings) and its allocation: the trainer's option check, the
 network probe, and the ranks, started by srun (a Slurm task each) or by
 horovodrun from the first node, in the checkout's venv or in the image
-(Apptainer, Pyxis). launch/slurm.py runs the plan; its help lists the
+(Apptainer, Pyxis). launch/slurm/sbatch.py runs the plan; its help lists the
 settings.
 
 Standard library only: sites that run the image may have no venv on the

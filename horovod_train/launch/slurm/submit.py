@@ -1,5 +1,5 @@
 """Submit Horovod training to Slurm from Python, with Submitit: the same job
-as scripts/slurm/horovod.sbatch (horovod_train/launch/slurm.py checks the
+as scripts/slurm/horovod.sbatch (horovod_train/launch/slurm/sbatch.py checks the
 trainer's options, chooses the network and starts a rank in every task of the
 job with srun), plus requeue-and-resume.
 
@@ -38,9 +38,10 @@ except ImportError:  # said in one line by main()
     submitit = None
 
 from horovod_train.core.errors import ArgumentParser, RunFailed, UserError, run_main
-from horovod_train.launch import pipeline, slurm, slurm_plan
+from horovod_train.launch import pipeline
+from horovod_train.launch.slurm import plan, sbatch
 
-REPO = Path(__file__).resolve().parents[2]  # the checkout
+REPO = Path(__file__).resolve().parents[3]  # the checkout
 
 # Slurm states after which the job will not run again (requeued jobs pass
 # through PENDING and REQUEUED instead).
@@ -50,15 +51,15 @@ POLL_S = 2.0
 
 
 class HorovodJob:
-    """What the Slurm job runs (Submitit pickles it): launch/slurm.py's job,
+    """What the Slurm job runs (Submitit pickles it): launch/slurm/sbatch.py's job,
     in the batch step on the first node, as horovod.sbatch does."""
 
-    def __init__(self, settings: slurm_plan.Settings):
+    def __init__(self, settings: plan.Settings):
         self.settings = settings
 
     def __call__(self, job_args: list[str]) -> dict:
         started = time.monotonic()
-        code = slurm.run_job(job_args, settings=self.settings)
+        code = sbatch.run_job(job_args, settings=self.settings)
         if code != 0:
             raise RunFailed(f"{self.settings.launcher} exited {code}")
         return {"exit_code": code, "wall_time_s": round(time.monotonic() - started, 1)}
@@ -68,7 +69,7 @@ class HorovodJob:
         requeued job is this one again, resuming from the trainer's
         checkpoint (a script that does not answer --check-options is run
         again as it was, and resumes by itself)."""
-        program = slurm_plan.job_program(job_args, self.settings)
+        program = plan.job_program(job_args, self.settings)
         resume = program.checked and "--resume" not in job_args
         return submitit.helpers.DelayedSubmission(self, [*job_args, *(["--resume"] if resume
                                                                       else [])])
@@ -87,7 +88,7 @@ def make_executor(args: argparse.Namespace):
     executor.update_parameters(
         job_name=args.job_name, time=args.time, partition=args.partition,
         signal_delay_s=args.signal_delay, stderr_to_stdout=True,
-        # One process in the batch step, launch/slurm.py, which starts the
+        # One process in the batch step, launch/slurm/sbatch.py, which starts the
         # ranks itself (srun, or horovodrun). The batch shell gets the
         # signal (B:), so that Submitit's Python does.
         use_srun=False,
@@ -170,7 +171,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                      help="Submitit's files and the job's log, on a filesystem every "
                           "node sees (default %(default)s)")
     run = parser.add_argument_group("what it runs (as horovod.sbatch's variables)")
-    run.add_argument("--launcher", choices=slurm_plan.LAUNCHERS, default="srun",
+    run.add_argument("--launcher", choices=plan.LAUNCHERS, default="srun",
                      help="srun: every rank a Slurm task (PMIx, no ssh); horovodrun: over "
                           "ssh from the first node, for elastic runs (default %(default)s)")
     run.add_argument("--network-interface", default=None, metavar="NETWORK",
@@ -179,7 +180,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                           "either launcher; checked by connecting from every node "
                           "(default: chosen by probing the nodes)")
     run.add_argument("--num-proc", default=None, help="ranks (default: every task of the job)")
-    run.add_argument("--runtime", choices=slurm_plan.RUNTIMES, default="venv")
+    run.add_argument("--runtime", choices=plan.RUNTIMES, default="venv")
     run.add_argument("--image", default=None, help="apptainer or pyxis image")
     run.add_argument("--mounts", default=None, help="apptainer, pyxis: SRC:DST[:ro],...")
     run.add_argument("--keys", default=None,
@@ -189,7 +190,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                      help="--launcher horovodrun: the nodes' SSH port")
     run.add_argument("--trainer", default=None,
                      help="the script the options after -- go to (HVT_TRAINER; default "
-                          f"{slurm_plan.DEFAULT_TRAINER}); or give a command after --")
+                          f"{plan.DEFAULT_TRAINER}); or give a command after --")
     run.add_argument("--resume", action="store_true",
                      help="start from the trainer's last checkpoint")
     run.add_argument("--preflight", action="store_true",
@@ -212,19 +213,19 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 def main() -> int:
     args, trainer_args = parse_args(sys.argv[1:])
     # Checked here, before anything is submitted.
-    settings = slurm_plan.make_settings(launcher=args.launcher, runtime=args.runtime,
+    settings = plan.make_settings(launcher=args.launcher, runtime=args.runtime,
                                    image=args.image, keys=args.keys, mounts=args.mounts,
                                    ssh_port=args.ssh_port, trainer=args.trainer,
                                    resume=args.resume, checkout=args.checkout,
                                    interfaces=args.network_interface, num_proc=args.num_proc,
                                    preflight=args.preflight)
     # A command that cannot run, or --resume for a script that does not take it: one line.
-    program = slurm_plan.with_resume(slurm_plan.job_program(trainer_args, settings), settings, 0)
+    program = plan.with_resume(plan.job_program(trainer_args, settings), settings, 0)
     # The trainer's options too, here, where the job would find a mistake only
     # after its wait in the queue (the checkout's venv; an image's Python is
     # the nodes').
     if program.checked and not settings.in_container:
-        slurm.check_launcher_options(pipeline.check_trainer(
+        sbatch.check_launcher_options(pipeline.check_trainer(
             [settings.python, *program.words("--check-options")], settings.checkout), settings)
     if submitit is None:
         raise UserError("submitit is not installed: pip install submitit "

@@ -100,7 +100,7 @@ from horovod_train.launch.hosts import SshTarget, probe_ssh_port
 from horovod_train.launch.job import Job
 from horovod_train.launch.openmpi import layers_set
 from horovod_train.launch.prepare import prepare
-from horovod_train.launch.slurm_plan import (
+from horovod_train.launch.slurm.plan import (
     Plan,
     Settings,
     make_plan,
