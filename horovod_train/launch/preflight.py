@@ -352,11 +352,7 @@ def allreduce_command(job: Job, choice: network.Choice | None) -> list[str]:
         return ["srun", "--mpi=pmix", "--kill-on-bad-exit=1", f"--ntasks={job.num_proc}",
                 f"--chdir={job.checkout}", sys.executable, "-m",
                 "horovod_train.torch.allreduce_check", *(["--no-cuda"] if job.cpu_only else [])]
-    return [starters.horovodrun_path(), "-np", str(job.num_proc), "-H", hosts.host_list(job.hosts),
-            *(["-p", str(job.ssh_port)] if job.ssh_port else []),
-            *(["--ssh-identity-file", job.identity] if job.identity else []),
-            *(["--network-interfaces", choice.horovodrun_nics] if choice else []),
-            *([f"--{job.controller}"] if job.controller else []),
+    return [starters.horovodrun_path(), *starters.horovodrun_options(job, choice),
             sys.executable, "-m", "horovod_train.torch.allreduce_check",
             *(["--no-cuda"] if job.cpu_only else [])]
 

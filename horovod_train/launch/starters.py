@@ -1,6 +1,6 @@
-"""The programs that start ranks, found and checked before a job relies on
-them: horovodrun (beside this Python, else on PATH) and srun with Slurm's
-PMIx plugin.
+"""The programs that start ranks: horovodrun (beside this Python, else on
+PATH) and srun with Slurm's PMIx plugin, found and checked before a job
+relies on them; and horovodrun's options for a Job, made here alone.
 
 Standard library only: the Slurm job imports it under a bare python3."""
 
@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 
 from horovod_train.core.errors import UserError
+from horovod_train.launch import hosts, network
+from horovod_train.launch.job import Job
 
 
 def horovodrun_path() -> str:
@@ -20,6 +22,18 @@ def horovodrun_path() -> str:
         raise UserError("horovodrun not found beside this Python or on PATH "
                         "(scripts/setup.sh installs it)")
     return found
+
+
+def horovodrun_options(job: Job, choice: network.Choice | None = None) -> list[str]:
+    """horovodrun's options for the job: its ranks and hosts, how ssh
+    reaches them, the chosen network (horovodrun then probes none itself)
+    and the controller. The Slurm job's horovodrun and the preflight's
+    allreduce take them from here; launch.sh passes the user's own."""
+    return ["-np", str(job.num_proc), "-H", hosts.host_list(job.hosts),
+            *(["-p", str(job.ssh_port)] if job.ssh_port else []),
+            *(["--ssh-identity-file", job.identity] if job.identity else []),
+            *(["--network-interfaces", choice.horovodrun_nics] if choice else []),
+            *([f"--{job.controller}"] if job.controller else [])]
 
 
 def mpi_plugins(listing: str) -> list[str]:

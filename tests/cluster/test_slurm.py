@@ -166,8 +166,9 @@ def test_horovodrun_plan_runs_it_from_the_checkout_with_the_probes_choice():
     choice = network.Choice([network.Network("10.0.0.0/24", {
         "a": Interface("eth0", True, False, "10.0.0.11/24"),
         "b": Interface("ens5", True, False, "10.0.0.12/24")}, True)], False, {})
-    assert slurm_job.with_network(plan.main, choice)[:3] == [
-        f"{venv}/horovodrun", "--network-interfaces", "10.0.0.0/24"]
+    chosen = slurm_plan.make_plan(allocation(), settings, ["--epochs", "3"], choice)
+    assert chosen.main[:8] == [f"{venv}/horovodrun", "-np", "4", "-H", "a:2,b:2",
+                               "--network-interfaces", "10.0.0.0/24", "--gloo"]
 
 
 def test_resume_is_added_when_asked_and_after_a_requeue():

@@ -16,10 +16,10 @@ from pathlib import Path
 
 from horovod_train.core.errors import UserError
 from horovod_train.launch import allocation as allocation_module
-from horovod_train.launch import network, pipeline
+from horovod_train.launch import network, pipeline, starters
 from horovod_train.launch.allocation import Allocation
 from horovod_train.launch.hosts import IMAGE_SSH_PORT
-from horovod_train.launch.job import PROBE_ARGS
+from horovod_train.launch.job import PROBE_ARGS, Job
 
 LAUNCHERS = ("srun", "horovodrun")
 RUNTIMES = ("venv", "apptainer", "pyxis")
@@ -269,10 +269,12 @@ def rank_count(allocation: Allocation, settings: Settings) -> int:
     return settings.num_proc or allocation.num_proc
 
 
-def horovodrun_options(allocation: Allocation, settings: Settings) -> list[str]:
-    port = ["-p", str(settings.ssh_port)] if settings.ssh_port else []
-    return ["-np", str(rank_count(allocation, settings)), "-H", allocation.host_list, *port,
-            "--gloo"]
+def job_of(allocation: Allocation, settings: Settings, cpu_only: bool) -> Job:
+    """The pipeline's settings object for this job (launch/job.py)."""
+    return Job(allocation.hosts, rank_count(allocation, settings), settings.ssh_port, None,
+               settings.interfaces, None if settings.launcher == "srun" else "gloo", cpu_only,
+               settings.launcher, allocation=True, checkout=settings.checkout,
+               workdir=settings.checkout)
 
 
 def apptainer_exec(settings: Settings, mounts: list[str], environment: dict | None = None,
@@ -311,7 +313,10 @@ def srun_in_runtime(settings: Settings, srun_options: list[str], argv: list[str]
     return ["srun", *srun_options, *argv]
 
 
-def make_plan(allocation: Allocation, settings: Settings, job_args: list[str]) -> Plan:
+def make_plan(allocation: Allocation, settings: Settings, job_args: list[str],
+              choice: network.Choice | None = None) -> Plan:
+    """The job's commands; horovodrun's with the chosen network once there
+    is one (srun's ranks take it from their environment)."""
     program = with_resume(job_program(job_args, settings), settings, allocation.restarts)
     container, python = settings.in_container, settings.python
     cwd = None if container else str(settings.checkout)
@@ -330,7 +335,8 @@ def make_plan(allocation: Allocation, settings: Settings, job_args: list[str]) -
                 *program.words()[len(program.flags):]]
         return Plan(srun_in_runtime(settings, ranks, rank), check, cwd, probe)
 
-    options = horovodrun_options(allocation, settings)
+    options = starters.horovodrun_options(job_of(allocation, settings, "--no-cuda" in job_args),
+                                          choice)
     if not container:
         return Plan([str(venv_bin(settings.checkout) / "horovodrun"), *options, python,
                      *program.words()], check, cwd, probe)

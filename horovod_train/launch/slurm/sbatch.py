@@ -90,19 +90,18 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import replace
 
 from horovod_train.core.errors import ArgumentParser, RunFailed, UserError, run_main
 from horovod_train.gpu import rules as gpu_rules
 from horovod_train.launch import network, pipeline, starters
 from horovod_train.launch.allocation import Allocation, allocation_from_env
 from horovod_train.launch.hosts import SshTarget, probe_ssh_port
-from horovod_train.launch.job import Job
 from horovod_train.launch.openmpi import layers_set
 from horovod_train.launch.prepare import prepare
 from horovod_train.launch.slurm.plan import (
     Plan,
     Settings,
+    job_of,
     make_plan,
     parse_flag,
     rank_count,
@@ -189,14 +188,6 @@ def describe(allocation: Allocation, settings: Settings, plan: Plan,
     return "\n".join(lines)
 
 
-def job_of(allocation: Allocation, settings: Settings, cpu_only: bool) -> Job:
-    """The pipeline's settings object for this job (launch/job.py)."""
-    return Job(allocation.hosts, rank_count(allocation, settings), settings.ssh_port, None,
-               settings.interfaces, None if settings.launcher == "srun" else "gloo", cpu_only,
-               settings.launcher, allocation=True, checkout=settings.checkout,
-               workdir=settings.checkout)
-
-
 def allocated_gpus(env: dict) -> tuple[int | None, str] | None:
     """The GPUs Slurm gave the job, and the variable that says so (the
     count where Slurm gives one); None where it gave none."""
@@ -235,12 +226,6 @@ def check_launcher_options(config: dict, settings: Settings) -> None:
                         "HVT_LAUNCHER unset, and srun starts the ranks over MPI")
 
 
-def with_network(main: list[str], choice: network.Choice | None) -> list[str]:
-    """horovodrun's command with the chosen network among its options."""
-    at = next(i for i, word in enumerate(main) if word.endswith("horovodrun")) + 1
-    return [*main[:at], *pipeline.with_nics([], choice), *main[at:]]
-
-
 def run_job(job_args: list[str], env: dict | None = None, settings: Settings | None = None,
             dry_run: bool = False) -> int:
     """The whole job from inside the allocation, as launch/pipeline.py
@@ -269,7 +254,7 @@ def run_job(job_args: list[str], env: dict | None = None, settings: Settings | N
     if job.srun:
         env.update(pipeline.rank_environment(job.starter, choice, env))
     else:
-        plan = replace(plan, main=with_network(plan.main, choice))
+        plan = make_plan(allocation, settings, job_args, choice)
     started = time.monotonic()
     code = run_plan(plan, env)
     print(f"slurm: job {allocation.job_id}: {settings.launcher} exited {code} after "
