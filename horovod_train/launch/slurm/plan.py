@@ -39,7 +39,7 @@ MOUNT_ITEM = re.compile(r"^([^:,]+):(/[^:,]*)(:ro)?$")
 
 @dataclass(frozen=True)
 class Settings:
-    launcher: str  # srun: the ranks are Slurm tasks; horovodrun: over ssh from node 1
+    starter: str  # HVT_LAUNCHER, Job.starter: srun (Slurm tasks) or horovodrun (ssh from node 1)
     runtime: str
     image: str | None
     keys: str | None
@@ -270,10 +270,12 @@ def rank_count(allocation: Allocation, settings: Settings) -> int:
 
 
 def job_of(allocation: Allocation, settings: Settings, cpu_only: bool) -> Job:
-    """The pipeline's settings object for this job (launch/job.py)."""
-    return Job(allocation.hosts, rank_count(allocation, settings), settings.ssh_port, None,
-               settings.interfaces, None if settings.launcher == "srun" else "gloo", cpu_only,
-               settings.launcher, allocation=True, checkout=settings.checkout,
+    """The pipeline's settings object for this job (launch/job.py): the
+    allocation's hosts, and the settings that are the Job's own."""
+    return Job(hosts=allocation.hosts, num_proc=rank_count(allocation, settings),
+               ssh_port=settings.ssh_port, network=settings.interfaces,
+               controller=None if settings.starter == "srun" else "gloo", cpu_only=cpu_only,
+               starter=settings.starter, allocation=True, checkout=settings.checkout,
                workdir=settings.checkout)
 
 
@@ -325,7 +327,7 @@ def make_plan(allocation: Allocation, settings: Settings, job_args: list[str],
         if program.checked else None
     probe = allocation_module.on_each_node(allocation.nodes, settings.checkout,
                                            PROBE_ARGS, stdin=True)
-    if settings.launcher == "srun":
+    if settings.starter == "srun":
         ranks = ["--mpi=pmix", "--kill-on-bad-exit=1",
                  f"--ntasks={rank_count(allocation, settings)}",
                  *([f"--cpus-per-task={allocation.cpus_per_task}"]

@@ -171,7 +171,7 @@ def describe(allocation: Allocation, settings: Settings, plan: Plan,
     """The job's first lines: the ranks, how they start, the network (and
     the layers' variables the user set, `kept`), the commands (all of them
     for a dry run)."""
-    how = ("each a Slurm task (srun --mpi=pmix)" if settings.launcher == "srun"
+    how = ("each a Slurm task (srun --mpi=pmix)" if settings.starter == "srun"
            else "started by horovodrun over ssh")
     net = (choice.said if choice else "chosen by the probe when the job runs" if dry_run
            else "none to choose: one node")
@@ -218,10 +218,10 @@ def check_gpu_build(settings: Settings, env: dict, cpu_only: bool, node: str) ->
 
 def check_launcher_options(config: dict, settings: Settings) -> None:
     """The trainer's options that the launcher cannot serve."""
-    if settings.launcher == "srun" and config.get("elastic"):
+    if settings.starter == "srun" and config.get("elastic"):
         raise UserError("--elastic needs HVT_LAUNCHER=horovodrun: Horovod's elastic driver "
                         "starts and replaces the ranks itself")
-    if settings.launcher == "horovodrun" and config.get("use_adasum"):
+    if settings.starter == "horovodrun" and config.get("use_adasum"):
         raise UserError("--use-adasum needs MPI, and HVT_LAUNCHER=horovodrun runs Gloo: leave "
                         "HVT_LAUNCHER unset, and srun starts the ranks over MPI")
 
@@ -240,7 +240,7 @@ def run_job(job_args: list[str], env: dict | None = None, settings: Settings | N
         return 0
     job = job_of(allocation, settings, "--no-cuda" in job_args)
     check_gpu_build(settings, env, job.cpu_only, allocation.nodes[0])
-    if settings.launcher == "srun":
+    if settings.starter == "srun":
         starters.check_pmix()
     if plan.check:
         check_launcher_options(pipeline.check_trainer(plan.check, plan.cwd), settings)
@@ -257,7 +257,7 @@ def run_job(job_args: list[str], env: dict | None = None, settings: Settings | N
         plan = make_plan(allocation, settings, job_args, choice)
     started = time.monotonic()
     code = run_plan(plan, env)
-    print(f"slurm: job {allocation.job_id}: {settings.launcher} exited {code} after "
+    print(f"slurm: job {allocation.job_id}: {settings.starter} exited {code} after "
           f"{time.monotonic() - started:.1f} s", flush=True)
     return code
 

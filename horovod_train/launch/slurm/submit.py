@@ -61,7 +61,7 @@ class HorovodJob:
         started = time.monotonic()
         code = sbatch.run_job(job_args, settings=self.settings)
         if code != 0:
-            raise RunFailed(f"{self.settings.launcher} exited {code}")
+            raise RunFailed(f"{self.settings.starter} exited {code}")
         return {"exit_code": code, "wall_time_s": round(time.monotonic() - started, 1)}
 
     def checkpoint(self, job_args: list[str]):
