@@ -122,12 +122,20 @@ def configuration_of(stdout: str) -> dict:
     return config if isinstance(config, dict) else {}
 
 
+# The hosts this process has found reachable, each as (name, ssh port,
+# identity): a trainer's --num-proc checks its hosts before horovod.run,
+# whose own ssh check (horovodrun_hosts, in the same process) then skips
+# them instead of logging in to each a second time.
+checked_hosts: set[tuple[str, int | None, str | None]] = set()
+
+
 def check_hosts(job: Job) -> None:
     """Every host reachable as horovodrun reaches it (name, SSH port, ssh
     login in BatchMode with a known host key), side by side; the first
     problem is a UserError. Ranks that srun starts need no ssh."""
     if not job.srun:
         hosts.check_reachable(job.names, job.ssh_port, job.identity)
+        checked_hosts.update((name, job.ssh_port, job.identity) for name in job.names)
 
 
 def choose_network(job: Job, env: dict, layers: dict[str, str] | None = None
@@ -292,9 +300,14 @@ def horovodrun_hosts(host_names: list[str], ssh_port: int | None,
     check_hosts, as launch.sh checks them, every launch; a host it cannot
     use is one line and exit 2, within CHECK_DEADLINE_S, where upstream's
     check tries ssh five times and ends in a traceback (over a path that
-    loses full-size packets, after minutes)."""
-    env = dict(os.environ)
-    as_horovodrun(lambda: check_hosts(literal_job(host_names, ssh_port, identity, env)))
+    loses full-size packets, after minutes). Hosts this process checked
+    already (a trainer's --num-proc, before horovod.run) are not checked
+    again."""
+    unchecked = [name for name in host_names
+                 if (name, ssh_port, identity) not in checked_hosts]
+    if unchecked:
+        env = dict(os.environ)
+        as_horovodrun(lambda: check_hosts(literal_job(unchecked, ssh_port, identity, env)))
 
 
 def horovodrun_network(host_names: list[str], ssh_port: int | None,

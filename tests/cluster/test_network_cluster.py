@@ -22,6 +22,7 @@ from conftest import BIN, EMULATE, REPO, TRAINER, firewall_on_b, interface_renam
 from entry_faults import BAD_PORT_RANGE, NETWORK_LOCAL, NETWORK_MISSING
 
 from horovod_train.core import interfaces
+from horovod_train.emulation.cluster import STATE_DIR
 from horovod_train.launch import network
 
 LAUNCH = REPO / "scripts" / "launch.sh"
@@ -120,6 +121,25 @@ def test_a_trainers_num_proc_checks_the_named_network_as_launch_sh_does(decoy_cl
     assert result.returncode == 1, result.stdout + result.stderr
     assert result.stderr.strip().splitlines() == [f"pytorch_mnist.py: error: {NETWORK_MISSING}"]
     assert "starting 2 ranks" not in result.stdout + result.stderr
+
+
+@pytest.mark.cluster
+def test_a_trainers_num_proc_logs_in_to_each_host_once_for_its_check(cluster):
+    """A trainer's --num-proc checks its hosts once: its own check before
+    horovod.run, whose ssh check (the project's hook in Horovod) then skips
+    them. b's sshd counts the logins: the check, the network probe and the
+    rank's start (4 with the second check); the ranks then fail on the
+    missing digits, which costs no training."""
+    sshd_log = STATE_DIR / "hosts" / "b" / "sshd.log"
+    before = sshd_log.read_text().count("Accepted publickey")
+    result = launch_from_a(TRAINER, "--num-proc", "2", "--hosts", "a:1,b:1", "--no-download",
+                           "--data-dir", "/nonexistent", "--communication", "gloo",
+                           launcher=str(BIN / "python"))
+    logins = sshd_log.read_text().count("Accepted publickey") - before
+    assert "starting 2 ranks through horovod.run" in result.stdout + result.stderr, \
+        result.stdout + result.stderr
+    assert result.returncode != 0
+    assert logins == 3, (logins, result.stdout + result.stderr)
 
 
 @pytest.mark.cluster
