@@ -51,6 +51,11 @@ for name in sys.argv[1:]:
             # flags it reads are there either way.
             flags = getattr(module._C, "_cuda_getArchFlags", lambda: "")() or ""
             out["torch_archs"] = module.cuda.get_arch_list() or flags.split()
+        if name == "tensorflow":
+            # tensorflow-cpu's build information names no CUDA.
+            build = module.sysconfig.get_build_info()
+            out["tensorflow_cuda"] = build.get("cuda_version")
+            out["tensorflow_archs"] = list(build.get("cuda_compute_capabilities") or [])
     except Exception as err:
         out["errors"][name] = f"{type(err).__name__}: {err}"
 def package_dir(name):
@@ -294,20 +299,40 @@ def resolved_cuda_archs(asked: str, info: dict) -> str:
     sm_90, whose PTX the driver compiles for the later GPUs."""
     if asked != "torch":
         return asked
-    archs = [a.removeprefix("sm_") for a in info.get("torch_archs") or [] if a.startswith("sm_")]
+    # TensorFlow's where the build has no torch (a TensorFlow-only one).
+    listed = info.get("torch_archs") or info.get("tensorflow_archs") or []
+    archs = [a.removeprefix("sm_") for a in listed if a.startswith("sm_")]
     if not archs:
         raise UserError("--cuda-archs torch: the environment's torch lists no CUDA architectures "
                         "(a CPU build of torch?); name them, e.g. --cuda-archs 80,90")
-    if cuda_major(info.get("torch_cuda")) == 12 and not os.environ.get("CUDA_HOME"):
+    if cuda_major(info.get("torch_cuda") or info.get("tensorflow_cuda")) == 12 \
+            and not os.environ.get("CUDA_HOME"):
         archs = [a for a in archs if int(a.rstrip("abcdefghijklmnopqrstuvwxyz"))
                  <= CUDA12_NEWEST_ARCH]
     return ",".join(archs)
 
 
-def cuda_major(torch_cuda: str | None) -> int:
-    """The CUDA major of torch's CUDA release ("12.8" -> 12); the lock's
-    where torch has none."""
-    return int((torch_cuda or str(CUDA_MAJORS[0])).split(".")[0])
+def cuda_major(cuda: str | None) -> int:
+    """The CUDA major of a framework's CUDA release ("12.8" -> 12); the
+    lock's where there is none."""
+    return int((cuda or str(CUDA_MAJORS[0])).split(".")[0])
+
+
+def build_cuda(frameworks: list[str], info: dict) -> str | None:
+    """The CUDA release an NCCL build compiles for: torch's, else
+    TensorFlow's (their majors must agree: one Horovod, one CUDA runtime);
+    a UserError for a framework that is no CUDA build."""
+    torch_cuda = info.get("torch_cuda") if "pytorch" in frameworks else None
+    tf_cuda = info.get("tensorflow_cuda") if "tensorflow" in frameworks else None
+    if "tensorflow" in frameworks and not tf_cuda:
+        raise UserError("NCCL GPU operations for TensorFlow need its GPU wheel (tensorflow, a "
+                        "CUDA 12 build), and this is a CPU build (tensorflow-cpu): "
+                        "scripts/setup.sh --cuda 12 installs the GPU one")
+    if torch_cuda and tf_cuda and cuda_major(torch_cuda) != cuda_major(tf_cuda):
+        raise UserError(f"torch is a CUDA {torch_cuda} build and TensorFlow a CUDA {tf_cuda} "
+                        "one: one Horovod links one CUDA runtime; scripts/setup.sh --cuda "
+                        f"{cuda_major(tf_cuda)} installs torch's CUDA {cuda_major(tf_cuda)} build")
+    return torch_cuda or tf_cuda
 
 
 def check_cuda_archs(archs: str, cuda_home: Path) -> None:
@@ -361,8 +386,8 @@ def plan(args, info: dict) -> tuple[dict, dict]:
     # torch: no CUDA toolkit is needed, and a workstation and a CPU image
     # build the same wheel. With NCCL, CUDA is compiled in; the toolkit is
     # looked up only when compiling, so a cached wheel installs without one.
-    torch_cuda = info.get("torch_cuda") if "pytorch" in frameworks else None
     needs_cuda = gpu_ops == "nccl"
+    cuda = build_cuda(frameworks, info) if needs_cuda else None
     if not needs_cuda:
         env["HOROVOD_TORCH_CPU_ONLY"] = "1"
     nccl_version = None
@@ -391,7 +416,7 @@ def plan(args, info: dict) -> tuple[dict, dict]:
     toolkit = None
     if needs_cuda:
         toolkit = os.environ.get("CUDA_HOME") or (
-            f"cuda-toolkit=={locked_version('cuda-toolkit')}" if cuda_major(torch_cuda) == 13
+            f"cuda-toolkit=={locked_version('cuda-toolkit')}" if cuda_major(cuda) == 13
             else f"nvidia-cuda-toolkit {CUDA12_TOOLKIT} (Debian)")
     patches = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in patch_series()}
     inputs = {
@@ -403,7 +428,7 @@ def plan(args, info: dict) -> tuple[dict, dict]:
         "machine": info["machine"],
         "frameworks": {f: info["frameworks"][FRAMEWORKS[f][0]] for f in frameworks},
         "gpu_ops": gpu_ops,
-        "cuda": torch_cuda if needs_cuda else None,
+        "cuda": cuda,
         "cuda_toolkit": toolkit,
         "cuda_archs": cuda_archs,
         "nccl": nccl_version,

@@ -83,10 +83,22 @@ while [[ $# -gt 0 ]]; do
 done
 [[ -n "$venv" ]] || die "--venv DIR is required (see --help)"
 here=$(cd "$(dirname "$0")" && pwd)
+[[ -z "$gpu_ops" || "$gpu_ops" =~ ^(auto|nccl|none)$ ]] \
+  || die "--gpu-ops: '$gpu_ops'; it takes auto, nccl, none"
 
 # Keep what the venv has: a later plain setup (e.g. from demo.sh) must not
 # swap a three-framework or NCCL Horovod for a PyTorch-only or CPU one.
 [[ -n "$frameworks" ]] || frameworks=$(cat "$venv/horovod-frameworks" 2>/dev/null || echo pytorch)
+IFS=, read -ra wanted <<< "$frameworks"
+wants() { [[ " ${wanted[*]} " == *" $1 "* ]]; }
+kept_cuda=$(cat "$venv/horovod-cuda" 2>/dev/null || true)
+# Which frameworks NCCL can serve: Horovod compiles its GPU operations into
+# every framework's binding and refuses one without CUDA. torch's wheels are
+# CUDA builds of either major, TensorFlow's GPU wheel a CUDA 12 one, MXNet's
+# last a CUDA 11.2 one.
+nccl_serves() {  # CUDA: whether an NCCL Horovod can serve the frameworks on it
+  ! wants mxnet && { ! wants tensorflow || [[ "$1" == 12 ]]; }
+}
 # GPU operations follow the GPUs the environment is for, not the machine it
 # is set up on: asked for (--gpu-ops), else NCCL where a CUDA is asked for
 # (a login node without GPUs sets up for the compute nodes'), else the
@@ -100,11 +112,12 @@ if [[ -z "$gpu_ops" ]]; then
   if [[ -n "$cuda" ]]; then
     gpu_ops=nccl gpu_ops_from="--cuda $cuda"
   elif [[ "$kept_gpu_ops" == none ]] && has_gpu; then
-    if [[ "$frameworks" == pytorch ]]; then
+    if nccl_serves "${kept_cuda:-12}"; then
       gpu_ops=nccl gpu_ops_from="a GPU here"
     else
       echo "setup.sh: this machine has GPUs, and Horovod stays CPU-only for $frameworks" \
-           "(NCCL builds pytorch alone): --frameworks pytorch --gpu-ops nccl for the GPUs"
+           "(NCCL serves pytorch, and tensorflow on CUDA 12): --frameworks pytorch" \
+           "--gpu-ops nccl, or --frameworks pytorch,tensorflow --cuda 12, for the GPUs"
     fi
   fi
   if [[ -n "$kept_gpu_ops" && "$gpu_ops" != "$kept_gpu_ops" ]]; then
@@ -112,49 +125,50 @@ if [[ -z "$gpu_ops" ]]; then
          "--gpu-ops $kept_gpu_ops keeps them"
   fi
 fi
-# torch's CUDA major: what --cuda says, else what the venv has, else what
-# the NVIDIA driver runs (nvidia_driver.py's rule, said in one line; a driver
+if [[ "$gpu_ops" == auto ]]; then
+  gpu_ops=none gpu_ops_from="auto: no GPU here"
+  has_gpu && gpu_ops=nccl gpu_ops_from="auto: a GPU here"
+fi
+# torch's CUDA major: what --cuda says, else what the venv has, else 12 for
+# TensorFlow on GPUs (its GPU wheels are CUDA 12 builds), else what the
+# NVIDIA driver runs (nvidia_driver.py's rule, said in one line; a driver
 # too old for any is refused here, before any download), else 13.
 # A bare machine has no interpreter to ask yet: the choice waits for the
 # system packages, which bring one.
 choose_cuda=0
-if [[ -z "$cuda" && ! -f "$venv/horovod-cuda" && "$gpu_ops" != none ]]; then
-  if "${HVT_PYTHON:-python3}" -c '' 2>/dev/null; then
+if [[ -z "$cuda" && -z "$kept_cuda" && "$gpu_ops" != none ]]; then
+  if [[ "$gpu_ops" == nccl ]] && wants tensorflow; then
+    cuda=12
+  elif "${HVT_PYTHON:-python3}" -c '' 2>/dev/null; then
     cuda=$("${HVT_PYTHON:-python3}" "$here/nvidia_driver.py" --choose-cuda) || exit 2
   else
     choose_cuda=1 cuda=13
   fi
 fi
-[[ -n "$cuda" ]] || cuda=$(cat "$venv/horovod-cuda" 2>/dev/null || echo 13)
+cuda_from=""
+[[ -n "$cuda" ]] || cuda=${kept_cuda:-13} cuda_from=" (this venv's)"
 # Bad input is refused here, before minutes of installing.
-IFS=, read -ra wanted <<< "$frameworks"
 [[ ${#wanted[@]} -gt 0 ]] || die "--frameworks is empty; it takes pytorch, tensorflow, mxnet"
 for f in "${wanted[@]}"; do
   [[ "$f" =~ ^(pytorch|tensorflow|mxnet)$ ]] \
     || die "--frameworks: unknown framework '$f'; it takes pytorch, tensorflow, mxnet"
 done
-[[ "$gpu_ops" =~ ^(auto|nccl|none)$ ]] || die "--gpu-ops: '$gpu_ops'; it takes auto, nccl, none"
 [[ "$cuda_archs" == torch || "$cuda_archs" =~ ^[1-9][0-9]{1,2}[a-z]?(,[1-9][0-9]{1,2}[a-z]?)*$ ]] \
   || die "--cuda-archs: '$cuda_archs'; it takes compute capabilities like 80,90, or torch"
 [[ "$cuda" =~ ^(13|12)$ ]] || die "--cuda: '$cuda'; it takes 13 or 12"
 # Keras 2 is TensorFlow's; a venv that drops TensorFlow drops it too.
 if [[ -z "$keras" ]]; then
   keras=3
-  [[ " ${wanted[*]} " == *" tensorflow "* ]] && keras=$(cat "$venv/horovod-keras" 2>/dev/null || echo 3)
+  wants tensorflow && keras=$(cat "$venv/horovod-keras" 2>/dev/null || echo 3)
 fi
 [[ "$keras" =~ ^(3|2)$ ]] || die "--keras: '$keras'; it takes 3 or 2"
-[[ "$keras" == 3 || " ${wanted[*]} " == *" tensorflow "* ]] \
+[[ "$keras" == 3 ]] || wants tensorflow \
   || die "--keras 2 is tf.keras of TensorFlow: add tensorflow to --frameworks (got $frameworks)"
-if [[ "$gpu_ops" == auto ]]; then
-  gpu_ops=none gpu_ops_from="auto: no GPU here"
-  has_gpu && gpu_ops=nccl gpu_ops_from="auto: a GPU here"
-fi
-# Horovod compiles its GPU operations into every framework's binding and
-# refuses a framework without CUDA; of ours only torch's wheels are CUDA
-# builds (TensorFlow's GPU wheels are CUDA 12, MXNet's last CUDA 11.2).
-if [[ "$gpu_ops" == nccl && "$frameworks" != pytorch ]]; then
-  die "--gpu-ops nccl${gpu_ops_from:+ (from $gpu_ops_from)} builds Horovod for pytorch alone (got" \
-      "--frameworks $frameworks); TensorFlow and MXNet run in a --gpu-ops none environment"
+if [[ "$gpu_ops" == nccl ]]; then
+  ! wants mxnet || die "--gpu-ops nccl${gpu_ops_from:+ (from $gpu_ops_from)} builds Horovod for" \
+      "pytorch and tensorflow (got --frameworks $frameworks); MXNet runs in a --gpu-ops none environment"
+  nccl_serves "$cuda" || die "TensorFlow on GPUs needs CUDA 12 (its GPU wheels are CUDA 12" \
+      "builds), and this is CUDA $cuda$cuda_from: add --cuda 12"
 fi
 # The Python rule: each framework on the Pythons framework-pythons.txt
 # gives it (MXNet 1.9 on 3.11 alone). It is checked on the venv's
@@ -260,6 +274,8 @@ if [[ ! -x "$venv/bin/python" ]]; then
   "$python" -m venv "$venv"
 fi
 groups=(core horovod build plots "${wanted[@]}")
+# TensorFlow with NCCL is its GPU wheel (`tensorflow`, CUDA 12), else its CPU one.
+[[ "$gpu_ops" == nccl ]] && groups=("${groups[@]/#tensorflow/tensorflow-gpu}")
 [[ $dev -eq 1 ]] && groups+=(test slurm)
 requirements=()
 for g in "${groups[@]}"; do requirements+=(-r "$here/requirements/$g.txt"); done
@@ -297,13 +313,20 @@ uv_install() {
   "$venv/bin/uv" pip install "${uv_flags[@]}" --offline "$@" 2>/dev/null \
     || "$venv/bin/uv" pip install "${uv_flags[@]}" "$@"
 }
+# The two TensorFlow wheels fill one package directory: the one not wanted
+# goes first (a venv that turns to the GPUs, or back).
+if wants tensorflow; then
+  unwanted=tensorflow
+  [[ "$gpu_ops" == nccl ]] && unwanted=tensorflow-cpu
+  "$venv/bin/uv" pip uninstall --quiet --python "$venv/bin/python" "$unwanted" 2>/dev/null || true
+fi
 echo "setup.sh: installing pinned Python packages (${groups[*]} mpi, CUDA $cuda) into $venv"
 # Compiled to bytecode where installed (uv leaves it to the first import):
 # where PYTHONDONTWRITEBYTECODE is set, as containers often have it, no
 # import writes it, and every rank would compile the frameworks' modules
 # again at its start. A run that installs nothing compiles nothing.
 uv_install --compile-bytecode "${requirements[@]}"
-if [[ " ${wanted[*]} " == *" tensorflow "* ]]; then
+if wants tensorflow; then
   # Keras 2 scripts run on tf-keras beside Keras 3 (TF_USE_LEGACY_KERAS=1 makes
   # it tf.keras): the lock's pin (the release of its TensorFlow), without its
   # dependencies, which name the `tensorflow` package and would install it

@@ -102,7 +102,8 @@ def cpu_only_problem(host: str, gpus: int | None, devices: str | None = None) ->
     seen = "GPUs" if gpus is None else f"{gpus} GPU{'s' if gpus != 1 else ''}"
     return (f"this Horovod is built for the CPU alone (--gpu-ops none), and host {host} has "
             f"{seen} ({devices or visible_devices()}): set it up with GPU operations "
-            "(scripts/setup.sh --gpu-ops nccl; where setup sees no GPU, --cuda 13 or 12) or "
+            "(scripts/setup.sh --gpu-ops nccl; where setup sees no GPU, --cuda 13 or 12, 12 for "
+            "TensorFlow) or "
             "train on the CPU with --no-cuda")
 
 

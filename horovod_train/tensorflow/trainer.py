@@ -1,6 +1,7 @@
 """The TensorFlow 2 training run: Keras model, a custom step with
 hvd.DistributedGradientTape, and the shared epoch loop (loop.py)."""
 
+import socket
 import time
 
 import horovod.tensorflow as hvd
@@ -18,7 +19,9 @@ from horovod_train.core import (
     sharding,
 )
 from horovod_train.core.config import RunConfig
+from horovod_train.core.errors import UserError
 from horovod_train.core.lr_schedule import lr_scale
+from horovod_train.gpu import nvidia_driver, rules
 
 MODEL_NAME = "mnist_cnn"
 
@@ -46,9 +49,17 @@ def build_model() -> tf.keras.Model:
 
 
 def init(use_gpu: bool, threads: int | None, seed: int) -> runtime.Runtime:
-    gpus = tf.config.list_physical_devices("GPU")
-    runtime.init_horovod(hvd, cpu_tensors=not (use_gpu and gpus))
-    if use_gpu and gpus:
+    gpus = tf.config.list_physical_devices("GPU") if use_gpu else []
+    if use_gpu:
+        # The build and the GPUs agree, as the PyTorch trainer checks them
+        # (gpu/rules.py), before hvd.init(): TensorFlow's GPU wheel beside a
+        # CPU-only Horovod, or an NCCL one on a host without GPUs, is one line.
+        problem = rules.build_problem(socket.gethostname(), hvd.nccl_built(), len(gpus),
+                                      nvidia_driver.driver_cuda_version() is not None)
+        if problem:
+            raise UserError(problem)
+    runtime.init_horovod(hvd, cpu_tensors=not gpus)
+    if gpus:
         gpu = gpus[hvd.local_rank() % len(gpus)]
         tf.config.experimental.set_memory_growth(gpu, True)
         tf.config.set_visible_devices(gpu, "GPU")

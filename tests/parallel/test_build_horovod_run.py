@@ -343,7 +343,7 @@ def test_bad_input_is_one_line(args, message):
     (["--cuda-archs", "8.0"], "--cuda-archs: '8.0'; it takes compute capabilities like 80,90, "
                               "or torch"),
     (["--frameworks", "pytorch,mxnet", "--gpu-ops", "nccl"],
-     "--gpu-ops nccl builds Horovod for pytorch alone (got --frameworks pytorch,mxnet)"),
+     "--gpu-ops nccl builds Horovod for pytorch and tensorflow (got --frameworks pytorch,mxnet)"),
     (["--cuda", "11"], "--cuda: '11'; it takes 13 or 12"),
 ])
 def test_setup_refuses_bad_input_before_installing(tmp_path, args, message):

@@ -194,6 +194,37 @@ def test_the_cuda12_build_compiles_with_debians_cuda_12_4_for_what_it_knows(monk
     assert all(digest and len(digest) == 64 for digest in build_horovod.CUDA12_DEBS.values())
 
 
+TF_GPU = {"tensorflow": "2.21.0", "tensorflow_cuda": "12.5.1",
+          "tensorflow_archs": ["sm_60", "sm_70", "sm_80", "sm_89", "compute_90"]}
+
+
+def test_tensorflow_takes_nccl_from_its_gpu_wheel_on_torchs_cuda_major(monkeypatch, tmp_path):
+    """TensorFlow's GPU wheel (CUDA 12.5) beside torch's CUDA 12 build
+    compiles on torch's CUDA; alone, on its own, for its architectures. Its
+    CPU wheel, or a torch of another CUDA major, is one line each."""
+    nccl_of_version(monkeypatch, tmp_path, "2.27.5")
+    args = SimpleNamespace(frameworks=["pytorch", "tensorflow"], gpu_ops="nccl", jobs=2,
+                           cuda_archs="torch", without_mpi=False)
+    info = {"abi": "cpython-311-x86_64-linux-gnu", "machine": "x86_64", "nccl_home": None,
+            "frameworks": {"torch": "2.10.0+cu128", "tensorflow": "2.21.0"},
+            "torch_cuda": "12.8", "torch_archs": TORCH_ARCHS, **{k: v for k, v in TF_GPU.items()
+                                                                 if k != "tensorflow"}}
+    inputs, env = build_horovod.plan(args, info)
+    assert inputs["cuda"] == "12.8" and env["HOROVOD_WITH_TENSORFLOW"] == "1"
+    assert inputs["cuda_toolkit"] == "nvidia-cuda-toolkit 12.4.131 (Debian)"
+    alone = SimpleNamespace(**{**vars(args), "frameworks": ["tensorflow"]})
+    inputs, env = build_horovod.plan(alone, {**info, "torch_cuda": None, "torch_archs": None})
+    assert inputs["cuda"] == "12.5.1" and inputs["cuda_archs"] == "60,70,80,89"
+    with pytest.raises(build_horovod.UserError, match=r"^NCCL GPU operations for TensorFlow "
+                       r"need its GPU wheel \(tensorflow, a CUDA 12 build\), and this is a CPU "
+                       r"build \(tensorflow-cpu\)"):
+        build_horovod.plan(args, {**info, "tensorflow_cuda": None})
+    with pytest.raises(build_horovod.UserError, match=r"^torch is a CUDA 13.0 build and "
+                       r"TensorFlow a CUDA 12.5.1 one: one Horovod links one CUDA runtime; "
+                       r"scripts/setup.sh --cuda 12 installs"):
+        build_horovod.plan(args, {**info, "torch_cuda": "13.0"})
+
+
 def inputs_for(*frameworks, torch_version="2.14.1+cu130"):
     """What a CPU build for these frameworks is keyed by, on this machine."""
     args = SimpleNamespace(frameworks=list(frameworks), gpu_ops="none", jobs=2,

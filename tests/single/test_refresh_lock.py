@@ -76,3 +76,5 @@ def test_tf_keras_is_pinned_at_the_release_of_tensorflow_on_every_python_that_ha
     release must be TensorFlow's, or `import tf_keras` meets another TF."""
     pins = refresh_lock.current_pins(lock.LOCK.read_text())
     assert pins[refresh_lock.KERAS_2] == pins["tensorflow-cpu"]
+    # TensorFlow's GPU wheel (the CUDA 12 variant's, by hand) is the same release.
+    assert refresh_lock.current_pins(lock.lock_text(12))["tensorflow"] == pins["tensorflow-cpu"]

@@ -67,16 +67,40 @@ def test_a_cpu_venv_of_three_frameworks_on_a_gpu_machine_says_why_it_stays_so(tm
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
         "setup.sh: this machine has GPUs, and Horovod stays CPU-only for "
-        "pytorch,tensorflow,mxnet (NCCL builds pytorch alone): --frameworks pytorch --gpu-ops "
-        "nccl for the GPUs",
+        "pytorch,tensorflow,mxnet (NCCL serves pytorch, and tensorflow on CUDA 12): --frameworks "
+        "pytorch --gpu-ops nccl, or --frameworks pytorch,tensorflow --cuda 12, for the GPUs",
         "setup.sh: would set up pytorch,tensorflow,mxnet, GPU operations none (this venv's "
         "choice), CUDA 13, Keras 3"]
 
 
-def test_a_cuda_with_tensorflow_is_one_line_naming_where_nccl_came_from(tmp_path):
-    result = setup_check(tmp_path, "--frameworks", "pytorch,tensorflow", "--cuda", "12")
+@pytest.mark.parametrize(("options", "kept", "said"), [
+    # TensorFlow's GPU wheel is a CUDA 12 build: NCCL with it means CUDA 12.
+    (["--gpu-ops", "nccl"], {}, "nccl, CUDA 12"),
+    (["--cuda", "12"], {}, "nccl (--cuda 12), CUDA 12"),
+    # A GPU machine: the test command's CPU venv turns to the GPUs where it can.
+    ([], {"gpu-ops": "none", "cuda": "12"}, "nccl (a GPU here), CUDA 12"),
+])
+def test_tensorflow_on_gpus_is_cuda_12(tmp_path, options, kept, said):
+    result = setup_check(tmp_path, "--frameworks", "pytorch,tensorflow", *options, gpu=True,
+                         kept=kept)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == (
+        f"setup.sh: would set up pytorch,tensorflow, GPU operations {said}, Keras 3")
+
+
+@pytest.mark.parametrize(("frameworks", "options", "kept", "message"), [
+    ("pytorch,tensorflow", ["--cuda", "13"], {},
+     "TensorFlow on GPUs needs CUDA 12 (its GPU wheels are CUDA 12 builds), and this is CUDA "
+     "13: add --cuda 12"),
+    ("pytorch,tensorflow", ["--gpu-ops", "nccl"], {"cuda": "13"},
+     "TensorFlow on GPUs needs CUDA 12 (its GPU wheels are CUDA 12 builds), and this is CUDA "
+     "13 (this venv's): add --cuda 12"),
+    ("tensorflow,mxnet", ["--cuda", "12"], {},
+     "--gpu-ops nccl (from --cuda 12) builds Horovod for pytorch and tensorflow (got "
+     "--frameworks tensorflow,mxnet); MXNet runs in a --gpu-ops none environment"),
+])
+def test_nccl_for_a_framework_it_cannot_serve_is_one_line(tmp_path, frameworks, options, kept,
+                                                         message):
+    result = setup_check(tmp_path, "--frameworks", frameworks, *options, kept=kept)
     assert result.returncode == 2
-    assert result.stderr == (
-        "setup.sh: error: --gpu-ops nccl (from --cuda 12) builds Horovod for pytorch alone (got "
-        "--frameworks pytorch,tensorflow); TensorFlow and MXNet run in a --gpu-ops none "
-        "environment\n")
+    assert result.stderr == f"setup.sh: error: {message}\n"
