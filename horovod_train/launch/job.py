@@ -1,9 +1,10 @@
 """The job, one settings object for every path that starts ranks
-(scripts/launch.sh, the Slurm job, scripts/launch_cluster.sh, the
-preflight), as Horovod's runner keeps one settings object under its
-backends: where the ranks run, how the launching host reaches each host,
-the network named for them, and how the network probe runs on every host
-(ssh, or a Slurm task on each node).
+(scripts/launch.sh, the Slurm job, scripts/launch_cluster.sh, a trainer's
+--num-proc, the preflight), as Horovod's runner keeps one settings object
+under its backends: where the ranks run, how the launching host reaches
+each host, the network named for them, and how the network probe runs on
+every host (ssh, or a Slurm task on each node). A Slurm job's own settings
+(its runtime, what its ranks run) are a section of it, SlurmRun.
 
 Standard library only: the Slurm job imports it under a bare python3."""
 
@@ -21,9 +22,27 @@ PROBE_ARGS = ["-m", "horovod_train.core.interfaces", "probe"]
 
 
 @dataclass(frozen=True)
+class SlurmRun:
+    """A Slurm job's own settings, read and checked from its HVT_ variables
+    by launch/slurm/plan.py: where its ranks' Python runs and what it runs."""
+    runtime: str = "venv"  # HVT_RUNTIME: venv (the checkout's .venv), apptainer or pyxis
+    image: str | None = None  # HVT_IMAGE: the container runtimes' image
+    keys: str | None = None  # HVT_KEYS: the cluster's key directory, horovodrun in a container
+    mounts: tuple[str, ...] = ()  # HVT_MOUNTS: SRC:DST[:ro] items, the container runtimes'
+    trainer: str | None = None  # HVT_TRAINER; None: the job's command, else the default trainer
+    resume: bool = False  # HVT_RESUME: --resume for a script that takes it
+    preflight: bool = False  # HVT_PREFLIGHT: the nodes checked before the ranks start
+
+    @property
+    def in_container(self) -> bool:
+        return self.runtime != "venv"
+
+
+@dataclass(frozen=True)
 class Job:
     hosts: tuple[hosts.Host, ...]  # each host with its slots, the first one's ranks first
-    num_proc: int  # ranks to start, at most the slots
+    # (none in a Slurm job's settings until its allocation gives them)
+    num_proc: int  # ranks to start, at most the slots (0 in a Slurm job's: every task)
     ssh_port: int | None = None  # None: ssh's configuration decides (hosts.py)
     identity: str | None = None  # ssh's -i, where given
     network: tuple[str, ...] = ()  # the network named for the ranks; none: chosen by the probe
@@ -33,6 +52,7 @@ class Job:
     allocation: bool = False  # inside a Slurm job: a command on each node is a Slurm task
     checkout: Path = field(default_factory=Path.cwd)  # the job's directory, same path everywhere
     workdir: Path = field(default_factory=Path.cwd)  # where the job writes
+    slurm: SlurmRun | None = None  # a Slurm job's own settings; None on every other path
 
     @property
     def names(self) -> list[str]:

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -305,10 +306,10 @@ def test_a_cpu_build_in_a_job_given_gpus_is_one_line_before_anything_starts(tmp_
         f"this Horovod is built for the CPU alone (--gpu-ops none), and host a has {said}: "
         "set it up with GPU operations (scripts/setup.sh --gpu-ops nccl"), refused.value
     # --no-cuda, no GPUs given, or a GPU build: nothing to refuse.
-    slurm_job.check_gpu_build(settings, job_env, True, "a")
-    slurm_job.check_gpu_build(settings, {"SLURM_GPUS_ON_NODE": "0"}, False, "a")
+    slurm_job.check_gpu_build(replace(settings, cpu_only=True), job_env, "a")
+    slurm_job.check_gpu_build(settings, {"SLURM_GPUS_ON_NODE": "0"}, "a")
     (venv / "horovod-build.json").write_text(json.dumps({"gpu_ops": "nccl"}))
-    slurm_job.check_gpu_build(settings, job_env, False, "a")
+    slurm_job.check_gpu_build(settings, job_env, "a")
 
 
 def test_more_ranks_than_the_jobs_tasks_are_refused():

@@ -301,7 +301,7 @@ def test_a_layers_own_variable_that_cannot_carry_the_job_is_one_line(variable, v
     ("10.213.0.0/24", ("10.213.0.0/24",)),
 ])
 def test_network_interface_takes_names_per_host_names_and_networks(text, items):
-    assert slurm_plan.make_settings(checkout=REPO, interfaces=text).interfaces == items
+    assert slurm_plan.make_settings(checkout=REPO, interfaces=text).network == items
 
 
 @pytest.mark.parametrize("text", ["a:eth0,b:ens5", "10.213.0.0/24"])
@@ -309,7 +309,7 @@ def test_horovodrun_takes_what_srun_takes(text):
     """The project's Horovod takes networks in CIDR form (the probe hands it
     those where names differ per host)."""
     settings = slurm_plan.make_settings(launcher="horovodrun", checkout=REPO, interfaces=text)
-    assert settings.interfaces == tuple(text.split(","))
+    assert settings.network == tuple(text.split(","))
 
 
 @pytest.mark.parametrize("text, message", [

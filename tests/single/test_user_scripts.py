@@ -11,6 +11,7 @@ from conftest import REPO
 from horovod_train.core.errors import UserError
 from horovod_train.launch import pipeline
 from horovod_train.launch.allocation import allocation_from_env
+from horovod_train.launch.job import Job
 from horovod_train.launch.slurm import plan as slurm_plan
 
 USER_SCRIPTS = REPO / "tests" / "user_scripts"
@@ -63,7 +64,7 @@ def test_an_option_check_need_not_print_its_configuration():
     assert pipeline.configuration_of("") == {}
 
 
-def settings(**given) -> slurm_plan.Settings:
+def settings(**given) -> Job:
     return slurm_plan.make_settings(checkout=REPO, **given)
 
 

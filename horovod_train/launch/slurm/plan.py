@@ -1,5 +1,6 @@
 """What a Slurm job runs, planned from its settings (the HVT_ variables,
-checked: make_settings) and its allocation: the trainer's option check, the
+checked: make_settings, a Job with its SlurmRun section) and its allocation
+(which gives the Job its hosts): the trainer's option check, the
 network probe, and the ranks, started by srun (a Slurm task each) or by
 horovodrun from the first node, in the checkout's venv or in the image
 (Apptainer, Pyxis). launch/slurm/sbatch.py runs the plan; its help lists the
@@ -11,7 +12,7 @@ nodes, only a python3."""
 import os
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from horovod_train.core.errors import UserError
@@ -19,7 +20,7 @@ from horovod_train.launch import allocation as allocation_module
 from horovod_train.launch import network, pipeline, starters
 from horovod_train.launch.allocation import Allocation
 from horovod_train.launch.hosts import IMAGE_SSH_PORT
-from horovod_train.launch.job import PROBE_ARGS, Job
+from horovod_train.launch.job import PROBE_ARGS, Job, SlurmRun
 
 LAUNCHERS = ("srun", "horovodrun")
 RUNTIMES = ("venv", "apptainer", "pyxis")
@@ -36,31 +37,14 @@ IMAGE_KEYS = "/etc/horovod/keys"
 
 MOUNT_ITEM = re.compile(r"^([^:,]+):(/[^:,]*)(:ro)?$")
 # --- the settings ---------------------------------------------------------------
+# A Slurm job's settings are a Job (launch/job.py) whose hosts its
+# allocation gives (with_allocation), with its own section, SlurmRun.
 
-@dataclass(frozen=True)
-class Settings:
-    starter: str  # HVT_LAUNCHER, Job.starter: srun (Slurm tasks) or horovodrun (ssh from node 1)
-    runtime: str
-    image: str | None
-    keys: str | None
-    mounts: tuple[str, ...]
-    ssh_port: int | None
-    trainer: str | None  # HVT_TRAINER; None: the job's command, else DEFAULT_TRAINER
-    resume: bool
-    checkout: Path
-    interfaces: tuple[str, ...] = ()  # HVT_NETWORK_INTERFACE's items, checked; none: chosen
-    num_proc: int | None = None  # None: every task of the job
-    preflight: bool = False  # HVT_PREFLIGHT: the nodes checked before the ranks start
 
-    @property
-    def in_container(self) -> bool:
-        return self.runtime != "venv"
-
-    @property
-    def python(self) -> str:
-        """The Python that runs the job's program on the nodes: the image's,
-        or the checkout's venv's."""
-        return IMAGE_PYTHON if self.in_container else str(venv_bin(self.checkout) / "python")
+def runtime_python(job: Job) -> str:
+    """The Python that runs the job's program on the nodes: the image's, or
+    the checkout's venv's."""
+    return IMAGE_PYTHON if job.slurm.in_container else str(venv_bin(job.checkout) / "python")
 
 
 def venv_bin(checkout: Path) -> Path:
@@ -82,8 +66,10 @@ def make_settings(launcher: str = "srun", runtime: str = "venv", image: str | No
                   ssh_port: str | int | None = None, trainer: str | None = None,
                   resume: bool = False, checkout: str | Path | None = None,
                   interfaces: str | None = None, num_proc: str | int | None = None,
-                  preflight: bool = False) -> Settings:
-    """Checked settings; every problem is one UserError naming the variable."""
+                  preflight: bool = False) -> Job:
+    """The job's settings, checked, as a Job without its hosts (the
+    allocation gives them: with_allocation); every problem is one UserError
+    naming the variable."""
     if launcher not in LAUNCHERS:
         raise UserError(f"HVT_LAUNCHER={launcher}: unknown launcher; use one of "
                         f"{', '.join(LAUNCHERS)}")
@@ -137,12 +123,16 @@ def make_settings(launcher: str = "srun", runtime: str = "venv", image: str | No
     if preflight and container:
         raise UserError(f"HVT_PREFLIGHT=1 checks nodes that run the checkout's .venv; with "
                         f"HVT_RUNTIME={runtime}, run scripts/preflight.sh in the image instead")
-    return Settings(launcher, runtime, image or None,
-                    str(Path(keys).resolve()) if keys else None, mount_list, port,
-                    trainer or None, resume, checkout, names, ranks, preflight)
+    return Job(hosts=(), num_proc=ranks or 0, ssh_port=port, network=names,
+               controller="gloo" if over_ssh else None, starter=launcher, allocation=True,
+               checkout=checkout, workdir=checkout,
+               slurm=SlurmRun(runtime=runtime, image=image or None,
+                              keys=str(Path(keys).resolve()) if keys else None,
+                              mounts=mount_list, trainer=trainer or None, resume=resume,
+                              preflight=preflight))
 
 
-def settings_from_env(env: dict) -> Settings:
+def settings_from_env(env: dict) -> Job:
     return make_settings(launcher=env.get("HVT_LAUNCHER") or "srun",
                          runtime=env.get("HVT_RUNTIME") or "venv",
                          image=env.get("HVT_IMAGE"), keys=env.get("HVT_KEYS"),
@@ -175,7 +165,7 @@ class Program:
         return [*self.flags, *(["-m"] if self.module else []), self.target, *self.args, *more]
 
 
-def job_program(job_args: list[str], settings: Settings) -> Program:
+def job_program(job_args: list[str], job: Job) -> Program:
     """The job's arguments as what its ranks run. Either the options of
     HVT_TRAINER's script (the project's PyTorch trainer where it is unset):
 
@@ -191,8 +181,8 @@ def job_program(job_args: list[str], settings: Settings) -> Program:
     is one UserError."""
     words = job_args[1:] if job_args[:1] == ["--"] else job_args
     if words and pipeline.is_python(words[0]):
-        if settings.trainer:
-            raise UserError(f"HVT_TRAINER={settings.trainer} and the job's command "
+        if job.slurm.trainer:
+            raise UserError(f"HVT_TRAINER={job.slurm.trainer} and the job's command "
                             f"({shlex.join(words[:2])} ...) both say what the ranks run: "
                             "give one")
         program = python_command(words)
@@ -200,15 +190,15 @@ def job_program(job_args: list[str], settings: Settings) -> Program:
         raise UserError(f"the job's command must run Python: python SCRIPT ARGS or python -m "
                         f"MODULE ARGS (the runtime's python); got {shlex.join(words)}")
     else:
-        program = Program(settings.trainer or DEFAULT_TRAINER, tuple(words))
+        program = Program(job.slurm.trainer or DEFAULT_TRAINER, tuple(words))
     if program.module:
         return program
-    script = settings.checkout / program.target  # an absolute target stays itself
-    if not script.is_file() and not (settings.in_container and Path(program.target).is_absolute()):
+    script = job.checkout / program.target  # an absolute target stays itself
+    if not script.is_file() and not (job.slurm.in_container and Path(program.target).is_absolute()):
         # An absolute path in a container may be the image's own, or a mount's.
         raise UserError(f"{program.target}: no such script"
                         + ("" if Path(program.target).is_absolute()
-                           else f" in the checkout {settings.checkout}"))
+                           else f" in the checkout {job.checkout}"))
     checked = pipeline.answers_option_check(script)
     return Program(program.target, program.args, False, program.flags, checked)
 
@@ -246,40 +236,37 @@ class Plan:
     ssh_port: int | None = None
 
 
-def with_resume(program: Program, settings: Settings, restarts: int) -> Program:
+def with_resume(program: Program, job: Job, restarts: int) -> Program:
     """The program with --resume when asked for (HVT_RESUME=1) or when Slurm
     restarted this job after a requeue, where the program takes it (a
     checked one); another script resumes by itself."""
-    if settings.resume and not program.checked:
+    if job.slurm.resume and not program.checked:
         raise UserError(f"HVT_RESUME=1 adds --resume, which {program.target} is not known to "
                         f"take (it carries no `{pipeline.OPTION_CHECK_MARK}` line): let the "
                         "script resume from its own checkpoint")
-    resume = (settings.resume or restarts > 0) and program.checked
+    resume = (job.slurm.resume or restarts > 0) and program.checked
     if not resume or "--resume" in program.args:
         return program
     return Program(program.target, (*program.args, "--resume"), program.module, program.flags,
                    program.checked)
 
 
-def rank_count(allocation: Allocation, settings: Settings) -> int:
-    if settings.num_proc and settings.num_proc > allocation.num_proc:
-        raise UserError(f"HVT_NUM_PROC={settings.num_proc} is more than the "
+def rank_count(allocation: Allocation, job: Job) -> int:
+    if job.num_proc > allocation.num_proc:
+        raise UserError(f"HVT_NUM_PROC={job.num_proc} is more than the "
                         f"{allocation.num_proc} tasks of job {allocation.job_id} "
                         f"({allocation.host_list}): lower it, or submit with more tasks")
-    return settings.num_proc or allocation.num_proc
+    return job.num_proc or allocation.num_proc
 
 
-def job_of(allocation: Allocation, settings: Settings, cpu_only: bool) -> Job:
-    """The pipeline's settings object for this job (launch/job.py): the
-    allocation's hosts, and the settings that are the Job's own."""
-    return Job(hosts=allocation.hosts, num_proc=rank_count(allocation, settings),
-               ssh_port=settings.ssh_port, network=settings.interfaces,
-               controller=None if settings.starter == "srun" else "gloo", cpu_only=cpu_only,
-               starter=settings.starter, allocation=True, checkout=settings.checkout,
-               workdir=settings.checkout)
+def with_allocation(job: Job, allocation: Allocation, cpu_only: bool = False) -> Job:
+    """The job's settings with the allocation's hosts and the ranks it
+    starts on them; `cpu_only`: the program's --no-cuda."""
+    return replace(job, hosts=allocation.hosts, num_proc=rank_count(allocation, job),
+                   cpu_only=cpu_only)
 
 
-def apptainer_exec(settings: Settings, mounts: list[str], environment: dict | None = None,
+def apptainer_exec(job: Job, mounts: list[str], environment: dict | None = None,
                    sshd: bool = False) -> list[str]:
     # --nv: the node's NVIDIA driver and GPUs in the container. With sshd,
     # --fakeroot --writable-tmpfs: the entrypoint writes its ssh files
@@ -291,77 +278,77 @@ def apptainer_exec(settings: Settings, mounts: list[str], environment: dict | No
             "--pwd", IMAGE_WORKDIR, *[flag for mount in mounts for flag in ("--bind", mount)],
             *[flag for name, value in (environment or {}).items()
               for flag in ("--env", f"{name}={value}")],
-            settings.image]
+            job.slurm.image]
 
 
-def pyxis_options(settings: Settings, mounts: list[str], environment: dict | None = None,
+def pyxis_options(job: Job, mounts: list[str], environment: dict | None = None,
                   sshd: bool = False) -> list[str]:
     # srun's --container-* options; entrypoints are not run unless asked.
-    return [f"--container-image={settings.image}", f"--container-mounts={','.join(mounts)}",
+    return [f"--container-image={job.slurm.image}", f"--container-mounts={','.join(mounts)}",
             f"--container-workdir={IMAGE_WORKDIR}",
             *(["--container-remap-root", "--container-writable"] if sshd else []),
             *(["--export=ALL," + ",".join(f"{k}={v}" for k, v in environment.items())]
               if environment else [])]
 
 
-def srun_in_runtime(settings: Settings, srun_options: list[str], argv: list[str]) -> list[str]:
+def srun_in_runtime(job: Job, srun_options: list[str], argv: list[str]) -> list[str]:
     """srun SRUN_OPTIONS, its tasks running argv in the job's runtime: the
     checkout's venv, or the image with the checkout at /workspace."""
-    mounts = [f"{settings.checkout}:{IMAGE_WORKDIR}", *settings.mounts]
-    if settings.runtime == "apptainer":
-        return ["srun", *srun_options, *apptainer_exec(settings, mounts), *argv]
-    if settings.runtime == "pyxis":
-        return ["srun", *srun_options, *pyxis_options(settings, mounts), *argv]
+    mounts = [f"{job.checkout}:{IMAGE_WORKDIR}", *job.slurm.mounts]
+    if job.slurm.runtime == "apptainer":
+        return ["srun", *srun_options, *apptainer_exec(job, mounts), *argv]
+    if job.slurm.runtime == "pyxis":
+        return ["srun", *srun_options, *pyxis_options(job, mounts), *argv]
     return ["srun", *srun_options, *argv]
 
 
-def make_plan(allocation: Allocation, settings: Settings, job_args: list[str],
+def make_plan(allocation: Allocation, job: Job, job_args: list[str],
               choice: network.Choice | None = None) -> Plan:
     """The job's commands; horovodrun's with the chosen network once there
     is one (srun's ranks take it from their environment)."""
-    program = with_resume(job_program(job_args, settings), settings, allocation.restarts)
-    container, python = settings.in_container, settings.python
-    cwd = None if container else str(settings.checkout)
-    check = srun_in_runtime(settings, ["--nodes=1", "--ntasks=1", "--mpi=none"],
+    program = with_resume(job_program(job_args, job), job, allocation.restarts)
+    container, python = job.slurm.in_container, runtime_python(job)
+    cwd = None if container else str(job.checkout)
+    check = srun_in_runtime(job, ["--nodes=1", "--ntasks=1", "--mpi=none"],
                             [python, *program.words("--check-options")]) \
         if program.checked else None
-    probe = allocation_module.on_each_node(allocation.nodes, settings.checkout,
+    probe = allocation_module.on_each_node(allocation.nodes, job.checkout,
                                            PROBE_ARGS, stdin=True)
-    if settings.starter == "srun":
+    if job.starter == "srun":
         ranks = ["--mpi=pmix", "--kill-on-bad-exit=1",
-                 f"--ntasks={rank_count(allocation, settings)}",
+                 f"--ntasks={rank_count(allocation, job)}",
                  *([f"--cpus-per-task={allocation.cpus_per_task}"]
                    if allocation.cpus_per_task else [])]
         # Each rank prepared, then the program run (core/rank_script.py).
         rank = [python, *program.flags, "-m", RANK_SCRIPT,
                 *program.words()[len(program.flags):]]
-        return Plan(srun_in_runtime(settings, ranks, rank), check, cwd, probe)
+        return Plan(srun_in_runtime(job, ranks, rank), check, cwd, probe)
 
-    options = starters.horovodrun_options(job_of(allocation, settings, "--no-cuda" in job_args),
-                                          choice)
+    options = starters.horovodrun_options(
+        with_allocation(job, allocation, "--no-cuda" in job_args), choice)
     if not container:
-        return Plan([str(venv_bin(settings.checkout) / "horovodrun"), *options, python,
+        return Plan([str(venv_bin(job.checkout) / "horovodrun"), *options, python,
                      *program.words()], check, cwd, probe)
 
     first, others = allocation.nodes[0], allocation.nodes[1:]
     environment = {"HVT_CLUSTER_HOSTS": " ".join(allocation.nodes),
-                   "HVT_SSH_PORT": str(settings.ssh_port)}
-    mounts = [f"{settings.keys}:{IMAGE_KEYS}:ro", f"{settings.checkout}:{IMAGE_WORKDIR}",
-              *settings.mounts]
+                   "HVT_SSH_PORT": str(job.ssh_port)}
+    mounts = [f"{job.slurm.keys}:{IMAGE_KEYS}:ro", f"{job.checkout}:{IMAGE_WORKDIR}",
+              *job.slurm.mounts]
     training = [IMAGE_ENTRYPOINT, IMAGE_HOROVODRUN, *options, python, *program.words()]
     keep_sshd = [IMAGE_ENTRYPOINT, "sleep", "infinity"]
     # One task on each other node, for the job's length; no --exact, so the
     # step keeps the job's CPUs there for the ranks its sshd starts.
     other_nodes = ["srun", f"--nodes={len(others)}", f"--ntasks={len(others)}",
                    "--ntasks-per-node=1", f"--nodelist={','.join(others)}"]
-    if settings.runtime == "apptainer":
-        container_argv = apptainer_exec(settings, mounts, environment, sshd=True)
+    if job.slurm.runtime == "apptainer":
+        container_argv = apptainer_exec(job, mounts, environment, sshd=True)
         main = [*container_argv, *training]
         sshd = [*other_nodes, *container_argv, *keep_sshd]
     else:
-        options = pyxis_options(settings, mounts, environment, sshd=True)
+        options = pyxis_options(job, mounts, environment, sshd=True)
         main = ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={first}", *options, *training]
         sshd = [*other_nodes, *options, *keep_sshd]
     if not others:
         return Plan(main, check, cwd, probe)
-    return Plan(main, check, cwd, probe, sshd, tuple(others), settings.ssh_port)
+    return Plan(main, check, cwd, probe, sshd, tuple(others), job.ssh_port)

@@ -96,16 +96,16 @@ from horovod_train.gpu import rules as gpu_rules
 from horovod_train.launch import network, pipeline, starters
 from horovod_train.launch.allocation import Allocation, allocation_from_env
 from horovod_train.launch.hosts import SshTarget, probe_ssh_port
+from horovod_train.launch.job import Job
 from horovod_train.launch.openmpi import layers_set
 from horovod_train.launch.prepare import prepare
 from horovod_train.launch.slurm.plan import (
     Plan,
-    Settings,
-    job_of,
     make_plan,
     parse_flag,
     rank_count,
     settings_from_env,
+    with_allocation,
 )
 
 SSHD_WAIT_S = 600  # the other nodes' containers: pulling an image can take minutes
@@ -165,18 +165,18 @@ def run_plan(plan: Plan, env: dict | None = None) -> int:
             stop(sshd)
 
 
-def describe(allocation: Allocation, settings: Settings, plan: Plan,
+def describe(allocation: Allocation, job: Job, plan: Plan,
              choice: network.Choice | None, kept: dict[str, str] | None = None,
              dry_run: bool = False) -> str:
     """The job's first lines: the ranks, how they start, the network (and
     the layers' variables the user set, `kept`), the commands (all of them
     for a dry run)."""
-    how = ("each a Slurm task (srun --mpi=pmix)" if settings.starter == "srun"
+    how = ("each a Slurm task (srun --mpi=pmix)" if job.srun
            else "started by horovodrun over ssh")
     net = (choice.said if choice else "chosen by the probe when the job runs" if dry_run
            else "none to choose: one node")
-    lines = [f"slurm: job {allocation.job_id}: {rank_count(allocation, settings)} ranks on "
-             f"{allocation.host_list}, {how}, runtime {settings.runtime}"
+    lines = [f"slurm: job {allocation.job_id}: {rank_count(allocation, job)} ranks on "
+             f"{allocation.host_list}, {how}, runtime {job.slurm.runtime}"
              + (f", restart {allocation.restarts}" if allocation.restarts else "")
              + f"; network {net}"
              + "".join(f", {name}={value} as set" for name, value in (kept or {}).items())]
@@ -204,33 +204,33 @@ def allocated_gpus(env: dict) -> tuple[int | None, str] | None:
     return None
 
 
-def check_gpu_build(settings: Settings, env: dict, cpu_only: bool, node: str) -> None:
+def check_gpu_build(job: Job, env: dict, node: str) -> None:
     """A venv whose Horovod was built for the CPU alone (set up on a login
     node without GPUs) in a job given GPUs: one line before anything
     starts, not a crash at the first GPU tensor. Images carry their own."""
     gpus = allocated_gpus(env)
-    if settings.in_container or cpu_only or gpus is None:
+    if job.slurm.in_container or job.cpu_only or gpus is None:
         return
     # No record (not built by setup.sh): the ranks' own checks apply.
-    if gpu_rules.build_record(settings.checkout / ".venv").get("gpu_ops") == "none":
+    if gpu_rules.build_record(job.checkout / ".venv").get("gpu_ops") == "none":
         raise UserError(gpu_rules.cpu_only_problem(node, *gpus))
 
 
-def check_launcher_options(config: dict, settings: Settings) -> None:
+def check_launcher_options(config: dict, job: Job) -> None:
     """The trainer's options that the launcher cannot serve."""
-    if settings.starter == "srun" and config.get("elastic"):
+    if job.srun and config.get("elastic"):
         raise UserError("--elastic needs HVT_LAUNCHER=horovodrun: Horovod's elastic driver "
                         "starts and replaces the ranks itself")
-    if settings.starter == "horovodrun" and config.get("use_adasum"):
+    if job.starter == "horovodrun" and config.get("use_adasum"):
         raise UserError("--use-adasum needs MPI, and HVT_LAUNCHER=horovodrun runs Gloo: leave "
                         "HVT_LAUNCHER unset, and srun starts the ranks over MPI")
 
 
-def run_job(job_args: list[str], env: dict | None = None, settings: Settings | None = None,
+def run_job(job_args: list[str], env: dict | None = None, settings: Job | None = None,
             dry_run: bool = False) -> int:
     """The whole job from inside the allocation, as launch/pipeline.py
-    orders it: read it, plan, check, preflight when asked, choose the
-    network, print, run."""
+    orders it: read it (`settings`, else from the environment), plan,
+    check, preflight when asked, choose the network, print, run."""
     env = dict(os.environ if env is None else env)
     allocation = allocation_from_env(env)
     settings = settings or settings_from_env(env)
@@ -238,26 +238,26 @@ def run_job(job_args: list[str], env: dict | None = None, settings: Settings | N
     if dry_run:
         print(describe(allocation, settings, plan, None, dry_run=True), flush=True)
         return 0
-    job = job_of(allocation, settings, "--no-cuda" in job_args)
-    check_gpu_build(settings, env, job.cpu_only, allocation.nodes[0])
-    if settings.starter == "srun":
+    job = with_allocation(settings, allocation, "--no-cuda" in job_args)
+    check_gpu_build(job, env, allocation.nodes[0])
+    if job.srun:
         starters.check_pmix()
     if plan.check:
-        check_launcher_options(pipeline.check_trainer(plan.check, plan.cwd), settings)
+        check_launcher_options(pipeline.check_trainer(plan.check, plan.cwd), job)
     # horovodrun hands its own choice to every layer; srun's ranks keep the
     # user's. horovodrun's ssh to the nodes is checked as launch.sh checks it;
     # a container's sshd when its step has started it.
     kept = layers_set(env) if job.srun else {}
-    choice = prepare(job, env, preflight_asked=settings.preflight, check_hosts=not plan.sshd,
+    choice = prepare(job, env, preflight_asked=job.slurm.preflight, check_hosts=not plan.sshd,
                      layers=kept)
-    print(describe(allocation, settings, plan, choice, kept), flush=True)
+    print(describe(allocation, job, plan, choice, kept), flush=True)
     if job.srun:
         env.update(pipeline.rank_environment(job.starter, choice, env))
     else:
         plan = make_plan(allocation, settings, job_args, choice)
     started = time.monotonic()
     code = run_plan(plan, env)
-    print(f"slurm: job {allocation.job_id}: {settings.starter} exited {code} after "
+    print(f"slurm: job {allocation.job_id}: {job.starter} exited {code} after "
           f"{time.monotonic() - started:.1f} s", flush=True)
     return code
 

@@ -39,6 +39,7 @@ except ImportError:  # said in one line by main()
 
 from horovod_train.core.errors import ArgumentParser, RunFailed, UserError, run_main
 from horovod_train.launch import pipeline
+from horovod_train.launch.job import Job
 from horovod_train.launch.slurm import plan, sbatch
 
 REPO = Path(__file__).resolve().parents[3]  # the checkout
@@ -54,8 +55,8 @@ class HorovodJob:
     """What the Slurm job runs (Submitit pickles it): launch/slurm/sbatch.py's job,
     in the batch step on the first node, as horovod.sbatch does."""
 
-    def __init__(self, settings: plan.Settings):
-        self.settings = settings
+    def __init__(self, settings: Job):
+        self.settings = settings  # the job's, checked before it was submitted
 
     def __call__(self, job_args: list[str]) -> dict:
         started = time.monotonic()
@@ -224,9 +225,10 @@ def main() -> int:
     # The trainer's options too, here, where the job would find a mistake only
     # after its wait in the queue (the checkout's venv; an image's Python is
     # the nodes').
-    if program.checked and not settings.in_container:
+    if program.checked and not settings.slurm.in_container:
         sbatch.check_launcher_options(pipeline.check_trainer(
-            [settings.python, *program.words("--check-options")], settings.checkout), settings)
+            [plan.runtime_python(settings), *program.words("--check-options")],
+            settings.checkout), settings)
     if submitit is None:
         raise UserError("submitit is not installed: pip install submitit "
                         "(scripts/setup.sh installs it)")
