@@ -19,7 +19,7 @@ from horovod_train.core import config as run_config
 from horovod_train.core.console import say
 from horovod_train.core.errors import RunFailed
 from horovod_train.launch import hosts as host_checks
-from horovod_train.launch import pipeline
+from horovod_train.launch import pipeline, starters
 from horovod_train.launch.job import Job, named_network
 from horovod_train.launch.prepare import prepare
 
@@ -73,10 +73,7 @@ def start_ranks(prog: str, run_rank: Callable[[list[str]], int], argv: list[str]
         "controller)")
     try:
         codes = horovod.run(run_rank, args=(rank_argv(argv),),
-                            np=launch.num_proc, hosts=launch.hosts,
-                            use_gloo=launch.communication == "gloo",
-                            use_mpi=launch.communication == "mpi",
-                            network_interfaces=choice and choice.horovodrun_nics.split(","))
+                            **starters.horovod_run_arguments(job, choice))
     except (RuntimeError, ValueError) as err:
         # A rank that ended without returning (killed, or Horovod's own abort).
         lines = str(err).strip().splitlines() or [type(err).__name__]

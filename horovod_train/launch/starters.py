@@ -1,6 +1,9 @@
-"""The programs that start ranks: horovodrun (beside this Python, else on
-PATH) and srun with Slurm's PMIx plugin, found and checked before a job
-relies on them; and horovodrun's options for a Job, made here alone.
+"""The programs that start ranks, as backends under one Job: horovodrun
+(beside this Python, else on PATH; also the preflight's allreduce), srun
+with Slurm's PMIx plugin, and Horovod's Python API (horovod.run, a trainer's
+--num-proc). Each is found and checked before a job relies on it, and a
+Job's arguments for each are made here alone; the ranks' environment for
+each is pipeline.rank_environment's, by the starter's name.
 
 Standard library only: the Slurm job imports it under a bare python3."""
 
@@ -34,6 +37,23 @@ def horovodrun_options(job: Job, choice: network.Choice | None = None) -> list[s
             *(["--ssh-identity-file", job.identity] if job.identity else []),
             *(["--network-interfaces", choice.horovodrun_nics] if choice else []),
             *([f"--{job.controller}"] if job.controller else [])]
+
+
+def srun_options(job: Job, cpus_per_task: int | None = None) -> list[str]:
+    """srun's options for the job's ranks, a Slurm task each: Open MPI
+    started through PMIx, the whole step ended when one rank fails, the
+    job's CPUs per task where the allocation gives them."""
+    return ["--mpi=pmix", "--kill-on-bad-exit=1", f"--ntasks={job.num_proc}",
+            *([f"--cpus-per-task={cpus_per_task}"] if cpus_per_task else [])]
+
+
+def horovod_run_arguments(job: Job, choice: network.Choice | None = None) -> dict:
+    """horovod.run's keyword arguments for the job (Horovod's Python API,
+    horovodrun's machinery in this process): its ranks and hosts, the
+    controller, the chosen network."""
+    return {"np": job.num_proc, "hosts": hosts.host_list(job.hosts),
+            "use_gloo": job.controller == "gloo", "use_mpi": job.controller == "mpi",
+            "network_interfaces": choice.horovodrun_nics.split(",") if choice else None}
 
 
 def mpi_plugins(listing: str) -> list[str]:

@@ -315,10 +315,8 @@ def make_plan(allocation: Allocation, job: Job, job_args: list[str],
     probe = allocation_module.on_each_node(allocation.nodes, job.checkout,
                                            PROBE_ARGS, stdin=True)
     if job.starter == "srun":
-        ranks = ["--mpi=pmix", "--kill-on-bad-exit=1",
-                 f"--ntasks={rank_count(allocation, job)}",
-                 *([f"--cpus-per-task={allocation.cpus_per_task}"]
-                   if allocation.cpus_per_task else [])]
+        ranks = starters.srun_options(with_allocation(job, allocation),
+                                      allocation.cpus_per_task)
         # Each rank prepared, then the program run (core/rank_script.py).
         rank = [python, *program.flags, "-m", RANK_SCRIPT,
                 *program.words()[len(program.flags):]]
