@@ -152,19 +152,27 @@ def choose_network(job: Job, env: dict, layers: dict[str, str] | None = None
         timeouts = network.ProbeTimeouts.from_env(env)
     except ValueError as err:
         raise UserError(str(err)) from None
+    choice = probe_network(job, layers, timeouts)
+    problem = mpi_problem(job, choice)
+    if problem:
+        raise RunFailed(problem)
+    return choice
+
+
+def probe_network(job: Job, layers: dict[str, str] | None, timeouts: network.ProbeTimeouts,
+                  then=None) -> network.Choice:
+    """The probe's choice on the job's hosts (network.choose), its failures
+    a RunFailed each; `then` goes on with the probe's processes (the
+    preflight's pairs and clocks)."""
     try:
-        choice = network.choose(probe_commands(job), job.names, list(job.network) or None,
-                                layers, timeouts)
+        return network.choose(probe_commands(job), job.names, list(job.network) or None,
+                              layers, timeouts, then)
     except network.NoSharedInterface as err:
         # Naming a network cannot get past a firewall.
         raise RunFailed(str(err) if err.firewall else f"{err} (HVT_NETWORK_INTERFACE names one)") \
             from None
     except (ValueError, RuntimeError) as err:
         raise RunFailed(str(err)) from None
-    problem = mpi_problem(job, choice)
-    if problem:
-        raise RunFailed(problem)
-    return choice
 
 
 def mpi_problem(job: Job, choice: network.Choice) -> str | None:

@@ -43,7 +43,7 @@ from horovod_train.core.errors import ArgumentParser, RunFailed, run_main
 from horovod_train.core.options import positive_float
 from horovod_train.gpu import rules as gpu_rules
 from horovod_train.launch import allocation, host_facts, hosts, network, pipeline, starters
-from horovod_train.launch.job import Job, named_network, probe_commands
+from horovod_train.launch.job import Job, named_network
 
 PROG = "preflight"
 FACTS_TIMEOUT_S = 30  # ssh, then the job's Python reading a few hundred MB of libraries
@@ -337,9 +337,8 @@ def check_network(job: Job, found: Findings) -> network.Choice | None:
         found.clocks = network.clock_offsets(step, timeouts.connect_s)
 
     try:
-        choice = network.choose(probe_commands(job), job.names, list(job.network) or None,
-                                None, timeouts, then)
-    except (ValueError, RuntimeError) as err:
+        choice = pipeline.probe_network(job, None, timeouts, then)
+    except RunFailed as err:
         found.network_error = str(err)
         return None
     found.network = choice.said
