@@ -291,12 +291,13 @@ def nvcc_archs(cuda_home: Path) -> list[str]:
     return re.findall(r"compute_(\w+)", result.stdout)
 
 
-def resolved_cuda_archs(asked: str, info: dict) -> str:
+def resolved_cuda_archs(asked: str, info: dict, cuda: str | None = None) -> str:
     """--cuda-archs as compute capabilities: "torch" becomes the
     architectures torch has native code for (its sm_ entries; compute_
     entries are PTX, which Horovod's newest architecture brings anyway), as
     far as the compiler knows them: the CUDA 12 variant's compiles up to
-    sm_90, whose PTX the driver compiles for the later GPUs."""
+    sm_90, whose PTX the driver compiles for the later GPUs. `cuda`: the
+    build's CUDA release (build_cuda), torch's where not given."""
     if asked != "torch":
         return asked
     # TensorFlow's where the build has no torch (a TensorFlow-only one).
@@ -305,8 +306,7 @@ def resolved_cuda_archs(asked: str, info: dict) -> str:
     if not archs:
         raise UserError("--cuda-archs torch: the environment's torch lists no CUDA architectures "
                         "(a CPU build of torch?); name them, e.g. --cuda-archs 80,90")
-    if cuda_major(info.get("torch_cuda") or info.get("tensorflow_cuda")) == 12 \
-            and not os.environ.get("CUDA_HOME"):
+    if cuda_major(cuda or info.get("torch_cuda")) == 12 and not os.environ.get("CUDA_HOME"):
         archs = [a for a in archs if int(a.rstrip("abcdefghijklmnopqrstuvwxyz"))
                  <= CUDA12_NEWEST_ARCH]
     return ",".join(archs)
@@ -391,7 +391,7 @@ def plan(args, info: dict) -> tuple[dict, dict]:
     if not needs_cuda:
         env["HOROVOD_TORCH_CPU_ONLY"] = "1"
     nccl_version = None
-    cuda_archs = resolved_cuda_archs(args.cuda_archs, info) if needs_cuda else None
+    cuda_archs = resolved_cuda_archs(args.cuda_archs, info, cuda) if needs_cuda else None
     if gpu_ops == "nccl":
         nccl_home = os.environ.get("HOROVOD_NCCL_HOME") or info.get("nccl_home")
         if not nccl_home or not (Path(nccl_home) / "include" / "nccl.h").is_file():

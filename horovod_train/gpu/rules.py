@@ -103,8 +103,7 @@ def cpu_only_problem(host: str, gpus: int | None, devices: str | None = None) ->
     return (f"this Horovod is built for the CPU alone (--gpu-ops none), and host {host} has "
             f"{seen} ({devices or visible_devices()}): set it up with GPU operations "
             "(scripts/setup.sh --gpu-ops nccl; where setup sees no GPU, --cuda 13 or 12, 12 for "
-            "TensorFlow) or "
-            "train on the CPU with --no-cuda")
+            "TensorFlow) or train on the CPU with --no-cuda")
 
 
 def build_problem(host: str, nccl_built: bool, gpus: int, driver_found: bool) -> str | None:

@@ -147,8 +147,7 @@ def test_a_gpu_build_without_a_gpu_names_the_host_and_the_way_to_the_cpu(monkeyp
     (False, 8, "this Horovod is built for the CPU alone (--gpu-ops none), and host b has "
                "8 GPUs (CUDA_VISIBLE_DEVICES unset): set it up with GPU operations "
                "(scripts/setup.sh --gpu-ops nccl; where setup sees no GPU, --cuda 13 or 12, 12 for "
-               "TensorFlow) "
-               "or train on the CPU with --no-cuda"),
+               "TensorFlow) or train on the CPU with --no-cuda"),
 ])
 def test_the_build_and_the_gpus_a_rank_sees_must_agree(monkeypatch, nccl_built, gpus, problem):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
