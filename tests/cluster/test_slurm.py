@@ -499,8 +499,16 @@ class LocalSlurm:
             if fields.get("JobState") in states:
                 return fields
             time.sleep(0.5)
+        # What it was doing, then the job ended, so the tests after it find
+        # both nodes free.
+        fields = self.job(job_id)
+        steps = self.run("squeue", "-h", "-s", "-j", job_id, "-o", "%i %j %N %M").stdout
+        log = Path(fields.get("StdOut", "/nonexistent"))
+        tail = log.read_text(errors="replace")[-3000:] if log.is_file() else "(no log)"
+        self.run("scancel", job_id)
         raise AssertionError(f"job {job_id} not {states} within {timeout_s:.0f} s: "
-                             f"{self.job(job_id).get('JobState')}")
+                             f"{fields.get('JobState')}; its steps:\n{steps}its log's end:\n"
+                             f"{tail}")
 
     def sbatch(self, log_dir: Path, trainer_args: list[str], sbatch_options: tuple = (),
                **variables: str) -> str:
