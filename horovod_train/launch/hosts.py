@@ -27,6 +27,7 @@ that docker/entrypoint.sh starts), which the image's tools pass themselves.
 Every problem is a UserError of one line that names the host, or the
 hostfile and line, and what is wrong."""
 
+import os
 import re
 import shlex
 import socket
@@ -34,11 +35,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from horovod_train.core.errors import ArgumentParser, UserError, run_main
+from horovod_train.launch.network import seconds
 
 
 @dataclass(frozen=True)
@@ -62,9 +64,29 @@ HOSTFILE_SYNTAX = "want HOST, HOST slots=N or HOST slots=N max_slots=M, # starti
 # (tests/single/test_compose.py holds them to this one).
 IMAGE_SSH_PORT = 12345
 CONNECT_TIMEOUT_S = 5  # TCP connect to a host's SSH port, and its greeting
-SSH_TIMEOUT_S = 15  # the whole ssh login, ConnectTimeout included
+SSH_TIMEOUT_S = 15  # the whole ssh login, ConnectTimeout included (HVT_SSH_LOGIN_TIMEOUT_S)
 LOOKUP_TIMEOUT_S = 10  # `ssh -G` and the name lookup
-CHECK_DEADLINE_S = 40  # all hosts together, side by side
+CHECK_MARGIN_S = 15  # all hosts together, side by side: beyond a lookup and a login
+
+
+def login_timeout_s(env: Mapping[str, str] = os.environ) -> float:
+    """How long one host's ssh login may take: HVT_SSH_LOGIN_TIMEOUT_S, else
+    SSH_TIMEOUT_S. A site whose logins are slow (a directory lookup, a long
+    shell profile) raises it. A UserError of one line for a value that is
+    not a number of seconds above 0."""
+    try:
+        return seconds("HVT_SSH_LOGIN_TIMEOUT_S", env.get("HVT_SSH_LOGIN_TIMEOUT_S"),
+                       SSH_TIMEOUT_S)
+    except ValueError as err:
+        raise UserError(str(err)) from None
+
+
+def check_deadline_s(login_s: float) -> float:
+    """The checks of every host together, side by side, logins of `login_s`."""
+    return LOOKUP_TIMEOUT_S + login_s + CHECK_MARGIN_S
+
+
+CHECK_DEADLINE_S = check_deadline_s(SSH_TIMEOUT_S)
 
 
 def is_local(host: str) -> bool:
@@ -242,21 +264,22 @@ SSH_FIXES = {
 }
 
 
-def ssh_login(host: str, port: int | None, identity: str | None) -> str | None:
+def ssh_login(host: str, port: int | None, identity: str | None,
+              login_s: float = SSH_TIMEOUT_S) -> str | None:
     """The login horovodrun's own check makes (with our patch: BatchMode,
-    the user's host-key checking), once, with a short connect timeout; a
-    fault with a known fix is named with it."""
+    the user's host-key checking), once, with a short connect timeout,
+    within `login_s`; a fault with a known fix is named with it."""
     command = ["ssh", "-o", "PasswordAuthentication=no", "-o", "BatchMode=yes",
                "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}",
                *(["-p", str(port)] if port else []), *(["-i", identity] if identity else []),
                host, "true"]
     try:
         result = subprocess.run(command, capture_output=True, text=True,
-                                stdin=subprocess.DEVNULL, timeout=SSH_TIMEOUT_S)
+                                stdin=subprocess.DEVNULL, timeout=login_s)
     except subprocess.TimeoutExpired:
         # Its port answered with a greeting (check_host asks first): the
         # small packets pass, and the login's larger ones did not.
-        return (f"ssh to host {host} greeted and then did not finish within {SSH_TIMEOUT_S} s: "
+        return (f"ssh to host {host} greeted and then did not finish within {login_s:g} s: "
                 "a path that loses full-size packets does this (an MTU mismatch, e.g. jumbo "
                 "frames on the hosts, not on the switch: set one MTU on hosts and switches), "
                 "as does a login that hangs on the host (its shell profile, DNS lookups)")
@@ -282,8 +305,10 @@ def runs_here(host: str, target: SshTarget) -> bool:
     return bool({info[4][0] for info in infos} & local_addresses())
 
 
-def check_host(host: str, port: int | None, identity: str | None) -> str | None:
-    """None when horovodrun will be able to start ranks on `host`, else why not."""
+def check_host(host: str, port: int | None, identity: str | None,
+               login_s: float = SSH_TIMEOUT_S) -> str | None:
+    """None when horovodrun will be able to start ranks on `host`, else why
+    not; its ssh login within `login_s`."""
     if is_local(host):
         return None
     target = ssh_target(host, port)
@@ -297,7 +322,7 @@ def check_host(host: str, port: int | None, identity: str | None) -> str | None:
         problem = probe_ssh_port(host, target)
         if problem:
             return problem
-    return ssh_login(host, port, identity)
+    return ssh_login(host, port, identity, login_s)
 
 
 @dataclass(frozen=True)
@@ -340,11 +365,13 @@ def first_problem(problems: list[str]) -> None:
         raise UserError(problems[0] + more)
 
 
-def check_reachable(hosts: list[str], port: int | None, identity: str | None,
-                    deadline_s: float = CHECK_DEADLINE_S) -> None:
+def check_reachable(hosts: list[str], port: int | None, identity: str | None) -> None:
     """Check every host side by side; raise a UserError naming the first
     host (in the order given) that horovodrun could not use."""
-    verdicts = on_every_host(lambda host: check_host(host, port, identity), hosts, deadline_s)
+    login_s = login_timeout_s()
+    deadline_s = check_deadline_s(login_s)
+    verdicts = on_every_host(lambda host: check_host(host, port, identity, login_s), hosts,
+                             deadline_s)
     problems = []
     for host in hosts:
         if host not in verdicts:

@@ -279,8 +279,10 @@ def facts_command(node: str, workdir: Path) -> list[str]:
 
 def gather_host_facts(job: Job, found: Findings) -> None:
     """ssh and the facts, every host at once, into `found`."""
+    login_s = hosts.login_timeout_s()
+
     def one(host: str) -> tuple[str | None, dict | None]:
-        problem = hosts.check_host(host, job.ssh_port, job.identity)
+        problem = hosts.check_host(host, job.ssh_port, job.identity, login_s)
         if problem:
             return problem, None
         return None, read_facts(hosts.python_on(host, job.ssh_port, job.identity,
@@ -289,7 +291,8 @@ def gather_host_facts(job: Job, found: Findings) -> None:
     if job.srun:
         results = slurm_facts(job)
     else:
-        answers = hosts.on_every_host(one, job.names, hosts.CHECK_DEADLINE_S + FACTS_TIMEOUT_S)
+        answers = hosts.on_every_host(one, job.names,
+                                       hosts.check_deadline_s(login_s) + FACTS_TIMEOUT_S)
         results = {}
         for host in job.hosts:
             answer = answers.get(host.name, hosts.Failed("no answer to the checks in time"))

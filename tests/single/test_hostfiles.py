@@ -88,3 +88,19 @@ def test_a_bad_host_list_is_one_error(text, message):
     with pytest.raises(UserError) as raised:
         hosts.parse_host_list(text)
     assert str(raised.value) == message
+
+
+@pytest.mark.parametrize("value, login_s", [(None, 15.0), ("", 15.0), ("3", 3.0),
+                                            ("90.5", 90.5)])
+def test_the_ssh_login_limit_is_15_s_unless_set(value, login_s):
+    env = {} if value is None else {"HVT_SSH_LOGIN_TIMEOUT_S": value}
+    assert hosts.login_timeout_s(env) == login_s
+    # Every host's check, side by side, outlasts the slowest login by the same margin.
+    assert hosts.check_deadline_s(login_s) == login_s + 25
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "soon", "1e9"])
+def test_a_bad_ssh_login_limit_is_one_line(value):
+    with pytest.raises(UserError) as raised:
+        hosts.login_timeout_s({"HVT_SSH_LOGIN_TIMEOUT_S": value})
+    assert str(raised.value) == f"HVT_SSH_LOGIN_TIMEOUT_S={value}: want seconds, a number above 0"
