@@ -282,7 +282,8 @@ def ssh_login(host: str, port: int | None, identity: str | None,
         return (f"ssh to host {host} greeted and then did not finish within {login_s:g} s: "
                 "a path that loses full-size packets does this (an MTU mismatch, e.g. jumbo "
                 "frames on the hosts, not on the switch: set one MTU on hosts and switches), "
-                "as does a login that hangs on the host (its shell profile, DNS lookups)")
+                "as does a login that hangs on the host (its shell profile, DNS lookups); "
+                "where logins are only slow, raise HVT_SSH_LOGIN_TIMEOUT_S")
     if result.returncode == 0:
         return None
     lines = [line.strip() for line in result.stderr.splitlines() if line.strip()]

@@ -352,6 +352,7 @@ def test_ssh_over_a_path_that_loses_full_size_packets_is_one_line_from_both_laun
         assert line.startswith(f"{prog}: error: ssh to host b greeted and then did not finish "
                                "within 3 s: a path that loses full-size packets does this (an "
                                "MTU mismatch"), line
+        assert line.endswith("; where logins are only slow, raise HVT_SSH_LOGIN_TIMEOUT_S"), line
         assert "started" not in result.stdout and elapsed < 30, (prog, elapsed)
 
 
