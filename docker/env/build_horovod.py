@@ -291,13 +291,13 @@ def nvcc_archs(cuda_home: Path) -> list[str]:
     return re.findall(r"compute_(\w+)", result.stdout)
 
 
-def resolved_cuda_archs(asked: str, info: dict, cuda: str | None = None) -> str:
+def resolved_cuda_archs(asked: str, info: dict, cuda: str | None) -> str:
     """--cuda-archs as compute capabilities: "torch" becomes the
     architectures torch has native code for (its sm_ entries; compute_
     entries are PTX, which Horovod's newest architecture brings anyway), as
     far as the compiler knows them: the CUDA 12 variant's compiles up to
     sm_90, whose PTX the driver compiles for the later GPUs. `cuda`: the
-    build's CUDA release (build_cuda), torch's where not given."""
+    build's CUDA release (build_cuda)."""
     if asked != "torch":
         return asked
     # TensorFlow's where the build has no torch (a TensorFlow-only one).
@@ -306,7 +306,7 @@ def resolved_cuda_archs(asked: str, info: dict, cuda: str | None = None) -> str:
     if not archs:
         raise UserError("--cuda-archs torch: the environment's torch lists no CUDA architectures "
                         "(a CPU build of torch?); name them, e.g. --cuda-archs 80,90")
-    if cuda_major(cuda or info.get("torch_cuda")) == 12 and not os.environ.get("CUDA_HOME"):
+    if cuda_major(cuda) == 12 and not os.environ.get("CUDA_HOME"):
         archs = [a for a in archs if int(a.rstrip("abcdefghijklmnopqrstuvwxyz"))
                  <= CUDA12_NEWEST_ARCH]
     return ",".join(archs)

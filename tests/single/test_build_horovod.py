@@ -146,9 +146,9 @@ def test_nvcc_refuses_an_architecture_in_one_line(tmp_path):
     cuda_home = build_horovod.cuda_toolkit(build_horovod.default_cache_dir(), sys.executable)
     build_horovod.check_cuda_archs("80,90", cuda_home)
     # Every architecture this torch has native code for compiles (the default).
-    torch_archs = build_horovod.probe_python(sys.executable, ["pytorch"])["torch_archs"]
+    info = build_horovod.probe_python(sys.executable, ["pytorch"])
     build_horovod.check_cuda_archs(build_horovod.resolved_cuda_archs(
-        "torch", {"torch_archs": torch_archs}), cuda_home)
+        "torch", info, build_horovod.build_cuda(["pytorch"], info)), cuda_home)
     with pytest.raises(build_horovod.UserError) as refused:
         build_horovod.check_cuda_archs("80,35", cuda_home)
     message = str(refused.value)
