@@ -31,12 +31,13 @@ from pathlib import Path
 from horovod_train.core.errors import ArgumentParser, RunFailed, UserError, run_main
 from horovod_train.launch.hosts import (
     IMAGE_SSH_PORT,
-    SSH_TIMEOUT_S,
     Failed,
     Host,
+    check_deadline_s,
     check_reachable,
     first_problem,
     host_list,
+    login_timeout_s,
     on_every_host,
     parse_host_list,
     total_slots,
@@ -82,10 +83,11 @@ def on(host: str, command: list[str]) -> list[str]:
     return ["ssh", "-o", "BatchMode=yes", host, shlex.join(command)]
 
 
-def rdma_problem(host: str) -> str | None:
-    """None when `host` has RDMA devices to hand its container, else why not."""
+def rdma_problem(host: str, login_s: float) -> str | None:
+    """None when `host` has RDMA devices to hand its container, else why
+    not; its ssh login within `login_s`."""
     result = subprocess.run(on(host, ["test", "-d", RDMA_DEVICES]), capture_output=True,
-                            text=True, stdin=subprocess.DEVNULL, timeout=SSH_TIMEOUT_S)
+                            text=True, stdin=subprocess.DEVNULL, timeout=login_s)
     if result.returncode == 0:
         return None
     if result.returncode == 1:  # test's answer: no such directory
@@ -99,7 +101,9 @@ def check_rdma(hosts: list[str]) -> None:
     """Every host has /dev/infiniband, checked side by side: one UserError
     naming the first that has not (docker would fail there after the other
     hosts' containers started)."""
-    verdicts = on_every_host(rdma_problem, hosts)
+    login_s = login_timeout_s()
+    verdicts = on_every_host(lambda host: rdma_problem(host, login_s), hosts,
+                             check_deadline_s(login_s))
     problems = []
     for host in hosts:
         verdict = verdicts.get(host, Failed(f"--rdma: host {host}: no answer in time"))

@@ -86,8 +86,6 @@ def check_deadline_s(login_s: float) -> float:
     return LOOKUP_TIMEOUT_S + login_s + CHECK_MARGIN_S
 
 
-CHECK_DEADLINE_S = check_deadline_s(SSH_TIMEOUT_S)
-
 
 def is_local(host: str) -> bool:
     """Hosts that are this machine by name: horovodrun starts their ranks
@@ -265,7 +263,7 @@ SSH_FIXES = {
 
 
 def ssh_login(host: str, port: int | None, identity: str | None,
-              login_s: float = SSH_TIMEOUT_S) -> str | None:
+              login_s: float) -> str | None:
     """The login horovodrun's own check makes (with our patch: BatchMode,
     the user's host-key checking), once, with a short connect timeout,
     within `login_s`; a fault with a known fix is named with it."""
@@ -307,7 +305,7 @@ def runs_here(host: str, target: SshTarget) -> bool:
 
 
 def check_host(host: str, port: int | None, identity: str | None,
-               login_s: float = SSH_TIMEOUT_S) -> str | None:
+               login_s: float) -> str | None:
     """None when horovodrun will be able to start ranks on `host`, else why
     not; its ssh login within `login_s`."""
     if is_local(host):
@@ -333,7 +331,7 @@ class Failed:
 
 
 def on_every_host(work: Callable[[str], object], hosts: list[str],
-                  deadline_s: float = CHECK_DEADLINE_S) -> dict[str, object]:
+                  deadline_s: float) -> dict[str, object]:
     """work(host) for all hosts side by side, within deadline_s: each host's
     result, or the message of its UserError, OSError or SubprocessError as
     a `Failed`; a host whose work did not end in time is left out."""

@@ -306,7 +306,7 @@ def horovodrun_hosts(host_names: list[str], ssh_port: int | None,
     """The literal horovodrun's host check (its ssh check's hook in the
     project's Horovod: docker/env/patches/*-network-from-the-platform.patch):
     check_hosts, as launch.sh checks them, every launch; a host it cannot
-    use is one line and exit 2, within CHECK_DEADLINE_S, where upstream's
+    use is one line and exit 2, within hosts.check_deadline_s, where upstream's
     check tries ssh five times and ends in a traceback (over a path that
     loses full-size packets, after minutes). Hosts this process checked
     already (a trainer's --num-proc, before horovod.run) are not checked
