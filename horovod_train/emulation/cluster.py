@@ -393,6 +393,16 @@ def wait_for_ssh(hosts: list[str], state: Path, timeout_s: float = 30.0) -> None
                 time.sleep(0.3)
 
 
+def running(pid: int) -> bool:
+    """The process exists and is not a zombie: a killed daemon of the hosts
+    (its parent is init) stays one until init reaps it, which can take
+    seconds where init is a container's own process manager."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def down(state: Path, quiet: bool = False) -> None:
     """Kill every process in the hosts' namespaces, delete namespaces, bridge
     and state. Works on a half-built cluster too."""
@@ -406,7 +416,7 @@ def down(state: Path, quiet: bool = False) -> None:
                     os.kill(pid, sig)
             deadline = time.monotonic() + 5
             while pids and time.monotonic() < deadline:
-                pids = [p for p in pids if Path(f"/proc/{p}").exists()]
+                pids = [p for p in pids if running(p)]
                 time.sleep(0.1)
         # The link first: a deleted namespace is cleaned up later, in the
         # background, and its link would block the next `up` meanwhile.

@@ -358,14 +358,6 @@ def pids_of(state: Path) -> list[int]:
     return pids
 
 
-def running(pid: int) -> bool:
-    """The process exists and is not a zombie awaiting its parent."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
 def stop(pids: list[int], timeout_s: float = 10.0) -> None:
     """SIGTERM, and SIGKILL for what is still running after timeout_s."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
@@ -374,7 +366,7 @@ def stop(pids: list[int], timeout_s: float = 10.0) -> None:
                 os.kill(pid, sig)
         deadline = time.monotonic() + timeout_s
         while pids and time.monotonic() < deadline:
-            pids = [pid for pid in pids if running(pid)]
+            pids = [pid for pid in pids if emulated_hosts.running(pid)]
             time.sleep(0.1)
 
 
