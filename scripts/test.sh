@@ -16,6 +16,9 @@ Beside the tests, at the lowest CPU and I/O priority, scripts/build_image.sh
 builds the CPU and the GPU image and the image that carries the code (all
 fast when already done; each build's log in runs/image-builds/); the image
 tests come last and wait for their image.
+Without arguments, as root, the tests on the emulated hosts (tests/cluster)
+run here and the others beside them, in their waits, at a lower CPU share:
+those others' output in runs/tests-beside.log, their summary at the end.
 Tests on the emulated hosts and the images need root; elsewhere they are
 skipped with the reason. Three tiers run only when named: scripts/test.sh
 tests/distro (a bare Debian 13 set up and trained on) and scripts/test.sh
@@ -38,6 +41,7 @@ report() {
   # A wheelhouse left half-filled is filled again next time (no COMPLETE mark).
   [[ -z "${house_pid:-}" ]] || kill "$house_pid" 2>/dev/null || true
   [[ -z "${builds_pid:-}" ]] || kill -- -"$builds_pid" 2>/dev/null || true
+  [[ -z "${beside_pid:-}" ]] || kill -- -"$beside_pid" 2>/dev/null || true
   echo "test.sh: phase times: $(IFS=';'; echo "${phases[*]:-none}" | sed 's/;/, /g')"
   exit "$code"
 }
@@ -97,8 +101,35 @@ fi
 .venv/bin/ruff check .
 end_phase lint
 set +e
-.venv/bin/python -m pytest "$@"
-code=$?
+if [[ $# -eq 0 && -n "$builds_pid" ]]; then
+  # The whole suite, as root: the tests on the emulated hosts (they mostly
+  # wait: on hosts, Slurm, a fault's timeout) here, and the others beside
+  # them, in those waits, at a lower share of the CPU (nice 10) and in a
+  # session of their own: Linux shares the CPU between sessions first
+  # (autogroups), so a process's own nice would rank it only within its
+  # session, not against the ranks that ssh and Slurm start in theirs.
+  # Where the kernel has no autogroups, the process's own nice does it.
+  # Their output goes to a log; their summary follows this one's.
+  beside_log=runs/tests-beside.log
+  echo "test.sh: the tests off the emulated hosts run beside them: $beside_log"
+  setsid bash -c 'if [[ "$(cat /proc/sys/kernel/sched_autogroup_enabled 2>/dev/null)" == 1 ]]
+                  then echo 10 >/proc/self/autogroup && exec "$@"; fi
+                  exec nice -n 10 "$@"' lowered \
+    .venv/bin/python -m pytest -m "not cluster" --test-costs runs/test-costs-beside.jsonl \
+    >"$beside_log" 2>&1 &
+  beside_pid=$!
+  .venv/bin/python -m pytest -m cluster
+  code=$?
+  wait "$beside_pid"
+  beside_code=$?
+  beside_pid=""
+  echo "test.sh: the tests beside ($beside_log has their whole output):"
+  sed -n '/^test costs by file/,$p' "$beside_log"
+  [[ $code != 0 ]] || code=$beside_code
+else
+  .venv/bin/python -m pytest "$@"
+  code=$?
+fi
 set -e
 end_phase tests
 

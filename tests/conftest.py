@@ -114,12 +114,12 @@ def needs_image(item) -> str | None:
 # --- what each test costs --------------------------------------------------------
 # Every run records each test's wall time and how busy the machine's cores
 # were meanwhile (/proc/stat: every process, Slurm's and the emulated hosts'
-# too, less the image builds that scripts/test.sh runs beside the tests at
-# the lowest priority, whose time the kernel counts as `nice`): a test that
+# too, and scripts/test.sh's tests beside the emulated hosts', less the image
+# builds it runs beside at the lowest priority, whose time the kernel counts
+# as `nice`): a test that
 # mostly waits (on a timeout, a host, Slurm) shows a low share and idle
-# core-seconds, one that trains a high share. One JSON line a test in COSTS,
-# and a table a file at the end of the run.
-COSTS = REPO / "runs" / "test-costs.jsonl"
+# core-seconds, one that trains a high share. One JSON line a test in the
+# file --test-costs names, and a table a file at the end of the run.
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 _costs: list[dict] = []
 
@@ -144,11 +144,12 @@ def pytest_runtest_protocol(item, nextitem):
                    "idle_core_s": round(idle / TICKS_PER_S, 1)})
 
 
-def pytest_terminal_summary(terminalreporter):
+def pytest_terminal_summary(terminalreporter, config):
     if not _costs:
         return
-    COSTS.parent.mkdir(exist_ok=True)
-    with COSTS.open("w") as file:
+    costs_path = REPO / config.getoption("test_costs")  # relative: to the checkout
+    costs_path.parent.mkdir(exist_ok=True)
+    with costs_path.open("w") as file:
         file.writelines(json.dumps(cost) + "\n" for cost in _costs)
     files: dict[str, list[dict]] = {}
     for cost in _costs:
@@ -156,7 +157,7 @@ def pytest_terminal_summary(terminalreporter):
     rows = sorted(((sum(c["wall_s"] for c in costs), name, costs)
                    for name, costs in files.items()), reverse=True)
     write = terminalreporter.write_line
-    write(f"test costs by file ({COSTS.relative_to(REPO)} has each test):")
+    write(f"test costs by file ({config.getoption('test_costs')} has each test):")
     write(f"{'wall s':>8} {'tests':>5} {'busy':>5} {'idle core-s':>11}  file")
     for wall, name, costs in rows:
         cpu = sum(c["wall_s"] * c["cores_busy"] for c in costs)  # busy share, weighted
@@ -166,6 +167,9 @@ def pytest_terminal_summary(terminalreporter):
 
 
 def pytest_addoption(parser):
+    parser.addoption("--test-costs", default="runs/test-costs.jsonl", metavar="PATH",
+                     help="where each test's cost goes, a JSON line each, relative to the "
+                          "checkout (default: %(default)s)")
     soak = parser.getgroup("soak", "tests/cluster/test_soak.py: the two-host command again "
                                    "and again")
     soak.addoption("--soak-runs", type=int, default=0, metavar="N",
