@@ -48,7 +48,7 @@ def test_horovodrun_asks_how_horovod_was_built_without_importing_a_framework(tmp
     assert not [name for name in ("tensorflow", "torch", "mxnet") if (tmp_path / name).exists()]
 
 
-CHANNELS_LAST_RANK = """
+TORCH_OPS_RANK = """
 import torch
 import horovod.torch as hvd
 
@@ -81,22 +81,51 @@ model(torch.randn(8, 3, 6, 6)).square().mean().backward()
 optimizer.step()
 weights = hvd.allgather(model.weight.detach().contiguous().unsqueeze(0), name="weights")
 assert torch.equal(weights[0], weights[1])
-print("channels_last ok")
+print("channels_last ok", flush=True)
+
+# Rank 1 comes 3 s late to an allreduce: rank 0 waits in it, and its thread's
+# CPU time says whether it waited blocked or spinning.
+import time
+if hvd.rank() == 1:
+    time.sleep(3)
+cpu_before, before = time.thread_time(), time.monotonic()
+hvd.allreduce(torch.ones(1), name="late")
+print(f"rank {hvd.rank()} waited {time.monotonic() - before:.2f} s "
+      f"on {time.thread_time() - cpu_before:.3f} s of CPU", flush=True)
 """
 
 
-def test_channels_last_tensors_reduce_and_broadcast_as_contiguous_ones(tmp_path):
+@pytest.fixture(scope="module")
+def patched_torch_ops(tmp_path_factory) -> subprocess.CompletedProcess:
+    """Two ranks over Gloo through the torch ops two patches change."""
+    script = tmp_path_factory.mktemp("torch-ops") / "rank.py"
+    script.write_text(TORCH_OPS_RANK)
+    return subprocess.run([str(BIN / "horovodrun"), "-np", "2", "-H", "localhost:2", "--gloo",
+                           sys.executable, str(script)],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_channels_last_tensors_reduce_and_broadcast_as_contiguous_ones(patched_torch_ops):
     """The torch-channels-last patch: upstream refuses tensors that are not
     contiguous, so a model in channels_last (NHWC) could not train; allreduce
     and broadcast now take them and keep their layout, and the weights stay
     the same on every rank."""
-    script = tmp_path / "rank.py"
-    script.write_text(CHANNELS_LAST_RANK)
-    result = subprocess.run([str(BIN / "horovodrun"), "-np", "2", "-H", "localhost:2", "--gloo",
-                             sys.executable, str(script)],
-                            capture_output=True, text=True, timeout=120)
+    result = patched_torch_ops
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert result.stdout.count("channels_last ok") == 2
+
+
+def test_a_rank_waiting_for_a_collective_leaves_its_core(patched_torch_ops):
+    """The torch-wait-blocks patch: upstream's wait for a collective polls
+    and yields, a core at 100% for as long as the other ranks take; it
+    blocks instead. (Spinning, even a tenth of a core over the 3 s would
+    show here.)"""
+    result = patched_torch_ops
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    waited = re.search(r"rank 0 waited ([\d.]+) s on ([\d.]+) s of CPU", result.stdout)
+    assert waited, result.stdout[-3000:]
+    assert float(waited[1]) > 2.0, waited[0]  # rank 0 really waited for rank 1
+    assert float(waited[2]) < 0.1, waited[0]
 
 
 # Rank 1 reaches the Gloo rendezvous server through a forwarder in its own
