@@ -124,7 +124,13 @@ if [[ $# -eq 0 && -n "$builds_pid" ]]; then
   beside_code=$?
   beside_pid=""
   echo "test.sh: the tests beside ($beside_log has their whole output):"
-  sed -n '/^test costs by file/,$p' "$beside_log"
+  # From their costs table on; where pytest ended before it (an error in
+  # collection), the log's end.
+  if grep -q '^test costs by file' "$beside_log"; then
+    sed -n '/^test costs by file/,$p' "$beside_log"
+  else
+    tail -n 40 "$beside_log"
+  fi
   [[ $code != 0 ]] || code=$beside_code
 else
   .venv/bin/python -m pytest "$@"

@@ -116,10 +116,10 @@ def needs_image(item) -> str | None:
 # were meanwhile (/proc/stat: every process, Slurm's and the emulated hosts'
 # too, and scripts/test.sh's tests beside the emulated hosts', less the image
 # builds it runs beside at the lowest priority, whose time the kernel counts
-# as `nice`): a test that
-# mostly waits (on a timeout, a host, Slurm) shows a low share and idle
-# core-seconds, one that trains a high share. One JSON line a test in the
-# file --test-costs names, and a table a file at the end of the run.
+# as `nice`): a test that mostly waits (on a timeout, a host, Slurm) shows a
+# low share and idle core-seconds, one that trains a high share. One JSON
+# line a test in the file --test-costs names, and a table a file at the end
+# of the run.
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 _costs: list[dict] = []
 
@@ -148,7 +148,7 @@ def pytest_terminal_summary(terminalreporter, config):
     if not _costs:
         return
     costs_path = REPO / config.getoption("test_costs")  # relative: to the checkout
-    costs_path.parent.mkdir(exist_ok=True)
+    costs_path.parent.mkdir(parents=True, exist_ok=True)
     with costs_path.open("w") as file:
         file.writelines(json.dumps(cost) + "\n" for cost in _costs)
     files: dict[str, list[dict]] = {}
