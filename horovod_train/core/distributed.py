@@ -39,15 +39,20 @@ def check_all_ranks(allgather_object, rank: int, step, name: str):
 
 # What Horovod's errors say when it ended the job under a rank.
 HOROVOD_SHUT_DOWN = "Horovod has been shut down"
-# Gloo's errors start with [file.cc:line], a path of the machine that built Horovod.
+# Gloo's errors start with [file.cc:line], a path of the machine that built
+# Horovod. PyTorch's HorovodInternalError starts with it; TensorFlow and MXNet
+# wrap it in an error of their own, on a line of its text.
 SOURCE_LOCATION = re.compile(r"^\[[^\]]*\.(cc|cpp|h):\d+\]\s*")
+GLOO_ERROR = re.compile(r"^\s*\[[^\]\s]*gloo[^\]\s]*\.(?:cc|cpp|h):\d+\]\s*(\S.*)$", re.M)
 
 
 def first_sentence(err: BaseException) -> str:
-    """An error of Horovod's, for a one-line message: its first sentence,
+    """An error of Horovod's, for a one-line message: the first sentence of
+    Gloo's error wherever the framework put it, else of the error's text;
     without Gloo's source location."""
-    first = (str(err).strip() or type(err).__name__).splitlines()[0].split(". ")[0]
-    return SOURCE_LOCATION.sub("", first)
+    gloo = GLOO_ERROR.search(str(err))
+    text = gloo.group(1) if gloo else str(err).strip() or type(err).__name__
+    return SOURCE_LOCATION.sub("", text.splitlines()[0].split(". ")[0])
 
 
 @contextlib.contextmanager
@@ -55,16 +60,19 @@ def one_line_when_horovod_stops():
     """Horovod ending the job under this rank (another rank ended or stopped
     answering) as one line, a RunFailed, instead of a traceback; horovodrun
     names the rank that ended first. PyTorch raises HorovodInternalError,
-    TensorFlow and MXNet errors of their own whose text says so. (An
-    elastic run recovers inside, and gets here only when it cannot.)"""
+    TensorFlow and MXNet errors of their own whose text says so, or carries
+    Gloo's error when the peer's connection broke before Horovod shut down.
+    (An elastic run recovers inside, and gets here only when it cannot.)"""
     from horovod.common.exceptions import HorovodInternalError
 
     try:
         yield
     except Exception as err:
-        if not (isinstance(err, HorovodInternalError) or HOROVOD_SHUT_DOWN in str(err)):
+        text = str(err)
+        if not (isinstance(err, HorovodInternalError) or HOROVOD_SHUT_DOWN in text
+                or GLOO_ERROR.search(text)):
             raise
-        said = HOROVOD_SHUT_DOWN if HOROVOD_SHUT_DOWN in str(err) else first_sentence(err)
+        said = HOROVOD_SHUT_DOWN if HOROVOD_SHUT_DOWN in text else first_sentence(err)
         raise RunFailed(f"Horovod stopped the job: {said} (another rank ended or stopped "
                         "answering)") from None
 

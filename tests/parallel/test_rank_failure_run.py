@@ -5,6 +5,7 @@ job ends at once, horovodrun's exit 1 naming the killed rank, nothing left
 running. Rank 0, when it notices before horovodrun ends it, says so in its
 one line, never a traceback."""
 
+import re
 import signal
 
 import pytest
@@ -25,7 +26,11 @@ def test_a_killed_rank_ends_the_job_at_once(framework, small_mnist_dir, tmp_path
     assert "Process 1 exit with status code 137." in output, output[-3000:]
     assert ended_s < 30, ended_s  # at once, not after a timeout
     assert trainer_pids(log_dir, script) == {}
+    # Rank 0 finds Horovod shut down, or its connection to rank 1 broken
+    # (Gloo's error), or horovodrun ends it first.
     said = [line for line in output.splitlines() if f"{script}: error:" in line]
-    assert said in ([], [f"[0]<stderr>:{script}: error: Horovod stopped the job: Horovod has "
-                         "been shut down (another rank ended or stopped answering)"]), said
+    assert len(said) <= 1, said
+    assert all(re.fullmatch(rf"\[0\]<stderr>:{script}: error: Horovod stopped the job: "
+                            r"[^\n]+ \(another rank ended or stopped answering\)", line)
+               for line in said), said
     assert "<stderr>:Traceback" not in output, output[-3000:]

@@ -30,6 +30,24 @@ def test_a_horovod_error_of_another_kind_keeps_its_first_sentence():
         raise HorovodInternalError("Gloo timed out. Details follow.\nmore")
 
 
+# The text TensorFlow wraps Gloo's error in when the peer's connection broke
+# before Horovod shut down (a killed rank).
+TF_GLOO_ERROR = (
+    "Graph execution error:\n\nDetected at node DistributedGradientTape_Allreduce/cond_8/"
+    "HorovodAllreduce_fc2_0 defined at (most recent call last):\n  File \"train.py\", line 27\n"
+    "[/build/horovod-0.28.1/third_party/compatible17_gloo/gloo/transport/tcp/pair.cc:614] "
+    "Read error [127.0.0.1]:55202: Connection reset by peer\n"
+    "\t [[{{node DistributedGradientTape_Allreduce/cond_8/HorovodAllreduce_fc2_0}}]]")
+
+
+def test_gloos_error_inside_a_frameworks_error_is_the_line():
+    with pytest.raises(RunFailed) as ended, distributed.one_line_when_horovod_stops():
+        raise RuntimeError(TF_GLOO_ERROR)
+    assert str(ended.value) == ("Horovod stopped the job: Read error [127.0.0.1]:55202: "
+                                "Connection reset by peer (another rank ended or stopped "
+                                "answering)")
+
+
 def test_other_errors_pass_through():
     with pytest.raises(ValueError), distributed.one_line_when_horovod_stops():
         raise ValueError("a bug of ours: keep its traceback")
