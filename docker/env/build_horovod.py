@@ -377,6 +377,9 @@ def plan(args, info: dict) -> tuple[dict, dict]:
         # Gloo does, unless told this floor (older CMake ignores it); an
         # environment that brings its own CMake 4 then builds too.
         "CMAKE_POLICY_VERSION_MINIMUM": "3.5",
+        # Horovod's RelWithDebInfo less its -g (our patch release-build): the
+        # same optimised code, compiled in less time, in a smaller wheel.
+        "HOROVOD_CMAKE_BUILD_TYPE": "Release",
     }
     for name, (_, flag, _) in FRAMEWORKS.items():
         env[f"HOROVOD_WITH{'' if name in frameworks else 'OUT'}_{flag}"] = "1"
@@ -435,7 +438,8 @@ def plan(args, info: dict) -> tuple[dict, dict]:
         "mpi": mpi,
         "compiler": compiler,
         "flags": {k: v for k, v in sorted(env.items())
-                  if k.startswith("HOROVOD_WITH") or k == "HOROVOD_TORCH_CPU_ONLY"},
+                  if k.startswith("HOROVOD_WITH")
+                  or k in ("HOROVOD_TORCH_CPU_ONLY", "HOROVOD_CMAKE_BUILD_TYPE")},
     }
     return inputs, env
 

@@ -276,10 +276,11 @@ def test_check_only_checks_what_the_venv_was_built_for():
     assert "Every library Horovod links resolves" in result.stdout
 
 
-def test_libraries_find_the_frameworks_relative_to_themselves():
+def test_libraries_find_the_frameworks_relative_to_themselves_and_carry_no_debug_info():
     """The cached wheel serves other environments and images: its libraries
     carry no absolute path of the environment it was built in, and load the
-    frameworks' libraries from beside them ($ORIGIN)."""
+    frameworks' libraries from beside them ($ORIGIN). They are built without
+    debug info (the release-build patch)."""
     libraries = sorted(Path(sys.prefix).glob("lib/python*/site-packages/horovod/**/*.so"))
     assert libraries
     for library in libraries:
@@ -287,6 +288,9 @@ def test_libraries_find_the_frameworks_relative_to_themselves():
                                  capture_output=True, text=True, check=True).stdout.strip()
         assert all(d.startswith(("/usr/", "$ORIGIN/")) for d in runpath.split(":")), runpath
         assert "$ORIGIN/../../torch/lib" in runpath.split(":"), runpath
+        sections = subprocess.run(["readelf", "--section-headers", "--wide", str(library)],
+                                  capture_output=True, text=True, check=True).stdout
+        assert ".text" in sections and ".debug_info" not in sections, library.name
 
 
 def test_cuda_compiler_is_the_cuda_of_torchs_pin():
@@ -333,6 +337,8 @@ def test_patches_apply_to_the_pinned_sdist(tmp_path):
     assert "StrictHostKeyChecking" not in prefix and "BatchMode=yes" in prefix
     find_torch = (source / "cmake" / "Modules" / "FindPytorch.cmake").read_text()
     assert "HOROVOD_TORCH_CPU_ONLY" in find_torch
+    assert "os.environ.get('HOROVOD_CMAKE_BUILD_TYPE', 'RelWithDebInfo')" in (
+        source / "setup.py").read_text()
     gloo_pair = (source / "third_party" / "gloo" / "gloo" / "transport" / "tcp" /
                  "pair.cc").read_text()
     assert "catch (const ::gloo::EnforceNotMet& ex)" in gloo_pair

@@ -85,13 +85,16 @@ def test_a_hunk_that_moved_fails_with_the_patchs_name(tmp_path):
 
 
 def test_build_flags_follow_the_frameworks():
-    _, env = plan_for()
+    inputs, env = plan_for()
     assert env["HOROVOD_WITH_PYTORCH"] == "1"
     assert env["HOROVOD_WITHOUT_TENSORFLOW"] == "1" and env["HOROVOD_WITHOUT_MXNET"] == "1"
     assert env["HOROVOD_WITH_MPI"] == "1" and env["HOROVOD_WITH_GLOO"] == "1"
     assert "HOROVOD_GPU_OPERATIONS" not in env
     # Without GPU operations the torch extension is CPU-only: no CUDA toolkit.
     assert env["HOROVOD_TORCH_CPU_ONLY"] == "1"
+    # Optimised, without debug info; the key covers it.
+    assert env["HOROVOD_CMAKE_BUILD_TYPE"] == "Release"
+    assert inputs["flags"]["HOROVOD_CMAKE_BUILD_TYPE"] == "Release"
 
 
 def test_a_host_without_open_mpi_builds_for_gloo_alone(monkeypatch, tmp_path):
