@@ -47,6 +47,20 @@ report() {
 }
 trap report EXIT
 
+# Runs "$@" (exec'd: the caller's $! is its session, and its process group,
+# which report() ends) in a session of its own at nice $1 for the whole
+# session: Linux shares the CPU between sessions first (autogroups), so a
+# process's own nice would rank it only within its session, not against
+# the tests here nor the ranks that ssh and Slurm start in sessions of
+# their own. Where the kernel has no autogroups, the process's own nice.
+in_own_session() {
+  exec setsid bash -c 'share=$1; shift
+    if [[ "$(cat /proc/sys/kernel/sched_autogroup_enabled 2>/dev/null)" == 1 ]]; then
+      echo "$share" >/proc/self/autogroup && exec "$@"
+    fi
+    exec nice -n "$share" "$@"' in_own_session "$@"
+}
+
 # As root, where the images are built too, the wheelhouse they build from
 # is filled beside the setup (network beside compiling; the setup installs
 # from uv's cache and the index).
@@ -68,8 +82,9 @@ end_phase setup
 # The images, built with podman from docker/ as the context (as users type
 # it), then the one that carries the code, from the repository root, on the
 # GPU one's layers, one after the other beside the tests, at the lowest CPU
-# and I/O priority: the tests keep the cores they use, and the builds take
-# the time the tests leave idle (waiting on a timeout, a host, Slurm). Each writes
+# and I/O priority, below the tests beside (nice 19 in a session of their
+# own): the tests keep the cores they use, and the builds take the time the
+# tests leave idle (waiting on a timeout, a host, Slurm). Each writes
 # DEVICE.log, then DEVICE.status (its exit code) and DEVICE.seconds, which
 # the image tests wait for (tests/conftest.py). Root is needed for podman's
 # storage and for running the images as emulated hosts.
@@ -80,20 +95,17 @@ if [[ $(id -u) -eq 0 ]]; then
   house_pid=""
   end_phase wheelhouse
   rm -rf "$builds" && mkdir -p "$builds"
-  set -m  # the builds in a process group of their own, which report() can end
-  (
+  # shellcheck disable=SC2016  # expanded by the builds' own bash
+  in_own_session 19 bash -c 'builds=$1
     for image in cpu gpu app; do
       started=$SECONDS
       if [[ $image == app ]]; then args=(--app); else args=(--device "$image"); fi
       code=0
-      nice -n 19 ionice -c 3 scripts/build_image.sh "${args[@]}" >"$builds/$image.log" 2>&1 \
-        || code=$?
+      ionice -c 3 scripts/build_image.sh "${args[@]}" >"$builds/$image.log" 2>&1 || code=$?
       echo "$((SECONDS - started))" >"$builds/$image.seconds"
       echo "$code" >"$builds/$image.status.new" && mv "$builds/$image.status.new" "$builds/$image.status"
-    done
-  ) &
+    done' build-images "$builds" &
   builds_pid=$!
-  set +m
   export HVT_TEST_IMAGE_BUILDS="$PWD/$builds"
 else
   echo "test.sh: not root: the images are not built and their tests will be skipped"
@@ -104,19 +116,13 @@ set +e
 if [[ $# -eq 0 && -n "$builds_pid" ]]; then
   # The whole suite, as root: the tests on the emulated hosts (they mostly
   # wait: on hosts, Slurm, a fault's timeout) here, and the others beside
-  # them, in those waits, at a lower share of the CPU (nice 10) and in a
-  # session of their own: Linux shares the CPU between sessions first
-  # (autogroups), so a process's own nice would rank it only within its
-  # session, not against the ranks that ssh and Slurm start in theirs.
-  # Where the kernel has no autogroups, the process's own nice does it.
-  # Their output goes to a log; their summary follows this one's.
+  # them, in those waits, at a lower share of the CPU (nice 10 in a session
+  # of their own) and above the image builds. Their output goes to a log;
+  # their summary follows this one's.
   beside_log=runs/tests-beside.log
   echo "test.sh: the tests off the emulated hosts run beside them: $beside_log"
-  setsid bash -c 'if [[ "$(cat /proc/sys/kernel/sched_autogroup_enabled 2>/dev/null)" == 1 ]]
-                  then echo 10 >/proc/self/autogroup && exec "$@"; fi
-                  exec nice -n 10 "$@"' lowered \
-    .venv/bin/python -m pytest -m "not cluster" --test-costs runs/test-costs-beside.jsonl \
-    >"$beside_log" 2>&1 &
+  in_own_session 10 .venv/bin/python -m pytest -m "not cluster" \
+    --test-costs runs/test-costs-beside.jsonl >"$beside_log" 2>&1 &
   beside_pid=$!
   .venv/bin/python -m pytest -m cluster
   code=$?
