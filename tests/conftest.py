@@ -384,14 +384,17 @@ IMAGE_BUILDS = os.environ.get("HVT_TEST_IMAGE_BUILDS")
 IMAGE_BUILD_WAIT_S = 3600
 
 
-def wait_for_image_build(device: str) -> None:
-    """Until scripts/test.sh's build of the image has ended (nothing to wait
-    for where the tests run without it); a failed build fails the test."""
+def wait_for_image_build(device: str, ready=lambda: False) -> None:
+    """Until scripts/test.sh's build of the image has ended, or `ready()`
+    says that what the test needs of it is there (nothing to wait for where
+    the tests run without it); a failed build fails the test."""
     if not IMAGE_BUILDS:
         return
     status = Path(IMAGE_BUILDS) / f"{device}.status"
     deadline = time.monotonic() + IMAGE_BUILD_WAIT_S
     while not status.exists():
+        if ready():
+            return
         if time.monotonic() > deadline:
             pytest.fail(f"the {device} image's build did not end in {IMAGE_BUILD_WAIT_S} s")
         time.sleep(2)

@@ -16,7 +16,9 @@ from horovod_train.image import build as build_image
 def podman_base() -> str:
     if shutil.which("podman") is None:
         pytest.skip("podman is not installed (scripts/build_image.sh installs it)")
-    wait_for_image_build("cpu")  # which makes the base
+    # The CPU image's build makes the base in its first minutes.
+    wait_for_image_build("cpu", ready=lambda: build_image.image_id("podman",
+                                                                 build_image.DEBIAN_BASE))
     if not build_image.image_id("podman", build_image.DEBIAN_BASE):
         pytest.skip(f"no {build_image.DEBIAN_BASE}: scripts/build_image.sh makes it")
     return build_image.DEBIAN_BASE
