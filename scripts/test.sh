@@ -12,10 +12,10 @@ Usage: scripts/test.sh [PYTEST ARGS...]
 
 Runs scripts/setup.sh for PyTorch, TensorFlow and MXNet, ruff, then pytest
 with the given arguments (e.g. -k resume, -m "not cluster", tests/single).
-Beside the tests, at the lowest CPU and I/O priority, scripts/build_image.sh
-builds the CPU and the GPU image and the image that carries the code (all
-fast when already done; each build's log in runs/image-builds/); the image
-tests come last and wait for their image.
+Beside the tests, at a lower CPU and the lowest I/O priority,
+scripts/build_image.sh builds the CPU and the GPU image and the one that
+carries the code (all fast when already done; each build's log in
+runs/image-builds/); the image tests come last and wait for their image.
 Without arguments, as root, the tests on the emulated hosts (tests/cluster)
 run here and the others beside them, in their waits, at a lower CPU share:
 those others' output in runs/tests-beside.log, their summary at the end.
@@ -81,10 +81,12 @@ end_phase setup
 
 # The images, built with podman from docker/ as the context (as users type
 # it), then the one that carries the code, from the repository root, on the
-# GPU one's layers, one after the other beside the tests, at the lowest CPU
-# and I/O priority, below the tests beside (nice 19 in a session of their
-# own): the tests keep the cores they use, and the builds take the time the
-# tests leave idle (waiting on a timeout, a host, Slurm). Each writes
+# GPU one's layers, one after the other beside the tests, at the lowest I/O
+# priority and the CPU share of the tests beside (nice 10 in a session of
+# their own): the tests on the emulated hosts keep the cores they use, and
+# the builds and the tests beside share the time those leave idle (waiting
+# on a timeout, a host, Slurm); built from nothing (a new machine), the
+# images are what the image tests wait for at the end. Each writes
 # DEVICE.log, then DEVICE.status (its exit code) and DEVICE.seconds, which
 # the image tests wait for (tests/conftest.py). Root is needed for podman's
 # storage and for running the images as emulated hosts.
@@ -96,7 +98,7 @@ if [[ $(id -u) -eq 0 ]]; then
   end_phase wheelhouse
   rm -rf "$builds" && mkdir -p "$builds"
   # shellcheck disable=SC2016  # expanded by the builds' own bash
-  in_own_session 19 bash -c 'builds=$1
+  in_own_session 10 bash -c 'builds=$1
     for image in cpu gpu app; do
       started=$SECONDS
       if [[ $image == app ]]; then args=(--app); else args=(--device "$image"); fi
@@ -117,8 +119,8 @@ if [[ $# -eq 0 && -n "$builds_pid" ]]; then
   # The whole suite, as root: the tests on the emulated hosts (they mostly
   # wait: on hosts, Slurm, a fault's timeout) here, and the others beside
   # them, in those waits, at a lower share of the CPU (nice 10 in a session
-  # of their own) and above the image builds. Their output goes to a log;
-  # their summary follows this one's.
+  # of their own, as the image builds). Their output goes to a log; their
+  # summary follows this one's.
   beside_log=runs/tests-beside.log
   echo "test.sh: the tests off the emulated hosts run beside them: $beside_log"
   in_own_session 10 .venv/bin/python -m pytest -m "not cluster" \
