@@ -114,12 +114,11 @@ def needs_image(item) -> str | None:
 # --- what each test costs --------------------------------------------------------
 # Every run records each test's wall time and how busy the machine's cores
 # were meanwhile (/proc/stat: every process, Slurm's and the emulated hosts'
-# too, and scripts/test.sh's tests beside the emulated hosts', less the image
-# builds it runs beside at the lowest priority, whose time the kernel counts
-# as `nice`): a test that mostly waits (on a timeout, a host, Slurm) shows a
-# low share and idle core-seconds, one that trains a high share. One JSON
-# line a test in the file --test-costs names, and a table a file at the end
-# of the run.
+# too, and scripts/test.sh's tests beside the emulated hosts' and its image
+# builds; a process's own nice, which the kernel counts apart, is left out):
+# a test that mostly waits (on a timeout, a host, Slurm) shows a low share
+# and idle core-seconds, one that trains a high share. One JSON line a test
+# in the file --test-costs names, and a table a file at the end of the run.
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 _costs: list[dict] = []
 
