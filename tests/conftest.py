@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from cpu_account import CpuAccount
 
 from horovod_train.core import mnist
 from horovod_train.emulation.cluster import STATE_DIR
@@ -117,10 +118,14 @@ def needs_image(item) -> str | None:
 # too, and scripts/test.sh's tests beside the emulated hosts' and its image
 # builds; a process's own nice, which the kernel counts apart, is left out):
 # a test that mostly waits (on a timeout, a host, Slurm) shows a low share
-# and idle core-seconds, one that trains a high share. One JSON line a test
-# in the file --test-costs names, and a table a file at the end of the run.
+# and idle core-seconds, one that trains a high share. Where this run can
+# count its own processes' CPU time (tests/cpu_account.py), each test's CPU
+# seconds too: its work, which sharing the cores does not inflate as it
+# does the wall time. One JSON line a test in the file --test-costs names,
+# and a table a file at the end of the run.
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 _costs: list[dict] = []
+_cpu = CpuAccount()
 
 
 def cpu_ticks() -> tuple[int, int, int]:
@@ -134,13 +139,16 @@ def cpu_ticks() -> tuple[int, int, int]:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    started, before = time.monotonic(), cpu_ticks()
+    started, before, cpu_before = time.monotonic(), cpu_ticks(), _cpu.seconds()
     yield
     wall = time.monotonic() - started
     busy, idle, total = (after - first for after, first in zip(cpu_ticks(), before, strict=True))
-    _costs.append({"test": item.nodeid, "wall_s": round(wall, 2),
-                   "cores_busy": round(busy / total, 2) if total else 0.0,
-                   "idle_core_s": round(idle / TICKS_PER_S, 1)})
+    cost = {"test": item.nodeid, "wall_s": round(wall, 2),
+            "cores_busy": round(busy / total, 2) if total else 0.0,
+            "idle_core_s": round(idle / TICKS_PER_S, 1)}
+    if cpu_before is not None:
+        cost["cpu_s"] = round(_cpu.seconds() - cpu_before, 2)
+    _costs.append(cost)
 
 
 def pytest_terminal_summary(terminalreporter, config):
@@ -157,12 +165,21 @@ def pytest_terminal_summary(terminalreporter, config):
                    for name, costs in files.items()), reverse=True)
     write = terminalreporter.write_line
     write(f"test costs by file ({config.getoption('test_costs')} has each test):")
-    write(f"{'wall s':>8} {'tests':>5} {'busy':>5} {'idle core-s':>11}  file")
+    counted = all("cpu_s" in cost for cost in _costs)
+    write(f"{'wall s':>8} {'tests':>5} {'busy':>5} {'idle core-s':>11}"
+          f"{' own cpu s' if counted else ''}  file")
     for wall, name, costs in rows:
-        cpu = sum(c["wall_s"] * c["cores_busy"] for c in costs)  # busy share, weighted
+        busy = sum(c["wall_s"] * c["cores_busy"] for c in costs)  # busy share, weighted
         idle = sum(c["idle_core_s"] for c in costs)
-        write(f"{wall:8.1f} {len(costs):5d} {cpu / wall if wall else 0:5.0%} {idle:11.0f}  "
-              f"{name}")
+        own = f" {sum(c['cpu_s'] for c in costs):10.1f}" if counted else ""
+        write(f"{wall:8.1f} {len(costs):5d} {busy / wall if wall else 0:5.0%} {idle:11.0f}"
+              f"{own}  {name}")
+    if counted:
+        write(f"own cpu s: this run's processes, {sum(c['cpu_s'] for c in _costs):.0f} s in all")
+
+
+def pytest_unconfigure(config):
+    _cpu.close()
 
 
 def pytest_addoption(parser):
