@@ -12,6 +12,7 @@ hands no `cpu` controller down (a new scheduling group would change the
 shares that scripts/test.sh sets). Where neither can be made (not root, a
 read-only hierarchy), there is no count and the table leaves it out."""
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -55,6 +56,11 @@ class CpuAccount:
             if found is None:
                 return
             self.parent, self.counter = found
+            # A run that ended with a daemon still in its group (killed since)
+            # left the group: gone once empty.
+            for left in self.parent.glob("hvt-tests-*"):
+                with contextlib.suppress(OSError):
+                    left.rmdir()
             group = self.parent / f"hvt-tests-{os.getpid()}"
             group.mkdir(exist_ok=True)
             (group / "cgroup.procs").write_text(str(os.getpid()))
