@@ -74,6 +74,8 @@ class Findings:
     network: str | None = None  # the network's title, as the launch says it
     network_error: str | None = None
     pairs: dict[tuple[str, str], dict] = field(default_factory=dict)
+    # Slow at first, then not against a pair measured in the same moment.
+    cleared_pairs: list[tuple[str, str]] = field(default_factory=list)
     clocks: dict[str, tuple[float, float]] = field(default_factory=dict)
     allreduce: dict | None = None
     allreduce_error: str | None = None
@@ -192,6 +194,31 @@ def slow_pairs(pairs: dict[tuple[str, str], dict]) -> tuple[list[tuple[str, str]
             if rate is not None and rate < SLOW_PAIR_SHARE * median], median
 
 
+def median_pair(pairs: dict[tuple[str, str], dict], slow: list[tuple[str, str]],
+                ) -> tuple[str, str] | None:
+    """The pair, of those not slow, whose rate is nearest the median's: the
+    yardstick a slow pair is measured again beside."""
+    _, median = slow_pairs(pairs)
+    rates = {pair: pair_rate(pairs, *pair) for pair in
+             dict.fromkeys(tuple(sorted(pair)) for pair in pairs) if pair not in slow}
+    measured = [pair for pair, rate in rates.items() if rate is not None]
+    return min(measured, key=lambda pair: abs(rates[pair] - median), default=None)
+
+
+def cleared_pairs(again: dict[tuple[str, str], dict], slow: list[tuple[str, str]],
+                  reference: tuple[str, str] | None) -> list[tuple[str, str]]:
+    """The slow pairs that, measured again alone, reach SLOW_PAIR_SHARE of
+    the reference pair measured alone right after them: a host busy with
+    other work slows every pair alike, so a pair slow only on its own
+    first look is not named."""
+    yardstick = pair_rate(again, *reference) if reference else None
+    if yardstick is None:
+        return []
+    return [pair for pair in slow
+            if (rate := pair_rate(again, *pair)) is not None
+            and rate >= SLOW_PAIR_SHARE * yardstick]
+
+
 def the_faster_of(first: dict[tuple[str, str], dict], again: dict[tuple[str, str], dict],
                   ) -> dict[tuple[str, str], dict]:
     """Each direction measured twice keeps its faster measurement: a pair is
@@ -203,12 +230,14 @@ def the_faster_of(first: dict[tuple[str, str], dict], again: dict[tuple[str, str
     return kept
 
 
-def pair_culprits(pairs: dict[tuple[str, str], dict]) -> list[Culprit]:
+def pair_culprits(pairs: dict[tuple[str, str], dict],
+                  cleared: list[tuple[str, str]] = ()) -> list[Culprit]:
     """A pair that fails, loses datagrams, or runs below SLOW_PAIR_SHARE of
-    the median pair (slow_pairs)."""
+    the median pair (slow_pairs), unless its second look cleared it."""
     named = []
     unordered = list(dict.fromkeys(tuple(sorted(pair)) for pair in pairs))
     slow, median = slow_pairs(pairs)
+    slow = [pair for pair in slow if pair not in cleared]
     for a, b in unordered:
         where = f"pair {a}-{b}"
         failed = [f"{x} to {y}: {pairs[(x, y)]['error']}" for x, y in ((a, b), (b, a))
@@ -250,7 +279,7 @@ def verdicts(found: Findings, job: Job, min_shm: float, min_free: float) -> list
                                    job.cpu_only)
     if found.network_error:
         named.append(Culprit("network", found.network_error))
-    named += pair_culprits(found.pairs) + clock_culprits(found.clocks)
+    named += pair_culprits(found.pairs, found.cleared_pairs) + clock_culprits(found.clocks)
     if found.allreduce_error:
         named.append(Culprit("allreduce", found.allreduce_error))
     return named
@@ -331,12 +360,17 @@ def check_network(job: Job, found: Findings) -> network.Choice | None:
 
     def then(step, hello, choice):
         found.pairs = network.check_pairs(step, hello, choice, timeouts.connect_s)
-        # A slow pair is measured once more, alone, before it is named: on
-        # a busy host one measurement can fall on a busy moment.
+        # A slow pair is measured once more, alone, before it is named, and
+        # the pair at the median right after it, alone too: on a busy host
+        # one measurement can fall on a busy moment, and a host kept busy
+        # slows every pair alike.
         slow, _ = slow_pairs(found.pairs)
         if slow:
-            found.pairs = the_faster_of(found.pairs, network.check_pairs(
-                step, hello, choice, timeouts.connect_s, only=slow))
+            reference = median_pair(found.pairs, slow)
+            again = network.check_pairs(step, hello, choice, timeouts.connect_s,
+                                        only=[*slow, *([reference] if reference else [])])
+            found.cleared_pairs = cleared_pairs(again, slow, reference)
+            found.pairs = the_faster_of(found.pairs, again)
         found.clocks = network.clock_offsets(step, timeouts.connect_s)
 
     try:
@@ -483,6 +517,7 @@ def as_json(found: Findings, named: list[Culprit]) -> dict:
                                "facts": found.facts.get(h.name)} for h in found.hosts},
             "network": found.network,
             "pairs": [{"from": a, "to": b, **result} for (a, b), result in found.pairs.items()],
+            "cleared_pairs": [list(pair) for pair in found.cleared_pairs],
             "clocks": {node: {"offset_s": offset, "uncertainty_s": uncertainty}
                        for node, (offset, uncertainty) in found.clocks.items()},
             "allreduce": found.allreduce, "slowest_pair_gbit": link}

@@ -119,6 +119,29 @@ def test_a_slow_pair_is_named_only_when_it_is_slow_again():
     assert str(preflight.pair_culprits(slow_link)[0]).startswith("pair c-d: 200 MB/s")
 
 
+def test_a_slow_pair_is_held_to_the_median_pair_measured_in_the_same_moment():
+    """A host kept busy slows every pair alike: the slow pair measured again
+    is named only when it stays below half the median pair measured again
+    right after it."""
+    rates = {(a, b): 1000.0 for a, b in itertools.combinations("abcd", 2)}
+    rates[("a", "b")], rates[("c", "d")] = 990.0, 300.0
+    first = pairs(rates)
+    slow, _ = preflight.slow_pairs(first)
+    reference = preflight.median_pair(first, slow)
+    assert slow == [("c", "d")] and reference in rates and reference != ("c", "d")
+    busy_host = pairs({("c", "d"): 350.0, reference: 600.0})
+    cleared = preflight.cleared_pairs(busy_host, slow, reference)
+    assert cleared == [("c", "d")]
+    assert preflight.pair_culprits(preflight.the_faster_of(first, busy_host), cleared) == []
+    slow_link = pairs({("c", "d"): 250.0, reference: 1000.0})
+    assert preflight.cleared_pairs(slow_link, slow, reference) == []
+    assert len(preflight.pair_culprits(preflight.the_faster_of(first, slow_link), [])) == 1
+    # The yardstick failed to measure: the first look stands.
+    failed = {**slow_link, reference: {"mb_per_s": None, "error": "refused", "lost": 1}}
+    assert preflight.cleared_pairs(failed, slow, reference) == []
+    assert preflight.median_pair(pairs({("a", "b"): 1.0}), []) == ("a", "b")
+
+
 def test_a_pair_that_loses_datagrams_or_cannot_send_is_named():
     lossy = pairs({("a", "b"): 1000.0}, lost=0.05)
     assert "loses datagrams (5% a to b, 5% b to a)" in str(preflight.pair_culprits(lossy)[0])
