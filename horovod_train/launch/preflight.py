@@ -175,6 +175,11 @@ def gpu_culprits(host: hosts.Host, found: dict) -> list[Culprit]:
     return named
 
 
+def unordered_pairs(pairs: dict[tuple[str, str], dict]) -> list[tuple[str, str]]:
+    """Each pair of hosts once, (a, b) with a before b, in the order measured."""
+    return list(dict.fromkeys(tuple(sorted(pair)) for pair in pairs))
+
+
 def pair_rate(pairs: dict, a: str, b: str) -> float | None:
     """The slower direction of a pair, MB/s; None where one failed."""
     rates = [pairs.get((a, b), {}).get("mb_per_s"), pairs.get((b, a), {}).get("mb_per_s")]
@@ -184,8 +189,7 @@ def pair_rate(pairs: dict, a: str, b: str) -> float | None:
 def slow_pairs(pairs: dict[tuple[str, str], dict]) -> tuple[list[tuple[str, str]], float]:
     """The pairs below SLOW_PAIR_SHARE of the median pair (with three pairs
     or more: two hosts have no median to fall below), and that median."""
-    unordered = list(dict.fromkeys(tuple(sorted(pair)) for pair in pairs))
-    rates = {pair: pair_rate(pairs, *pair) for pair in unordered}
+    rates = {pair: pair_rate(pairs, *pair) for pair in unordered_pairs(pairs)}
     measured = [rate for rate in rates.values() if rate is not None]
     if len(measured) < 3:
         return [], 0.0
@@ -195,23 +199,22 @@ def slow_pairs(pairs: dict[tuple[str, str], dict]) -> tuple[list[tuple[str, str]
 
 
 def median_pair(pairs: dict[tuple[str, str], dict], slow: list[tuple[str, str]],
-                ) -> tuple[str, str] | None:
-    """The pair, of those not slow, whose rate is nearest the median's: the
-    yardstick a slow pair is measured again beside."""
-    _, median = slow_pairs(pairs)
-    rates = {pair: pair_rate(pairs, *pair) for pair in
-             dict.fromkeys(tuple(sorted(pair)) for pair in pairs) if pair not in slow}
-    measured = [pair for pair, rate in rates.items() if rate is not None]
-    return min(measured, key=lambda pair: abs(rates[pair] - median), default=None)
+                median: float) -> tuple[str, str]:
+    """The measured pair, of those not slow, whose rate is nearest the median
+    (slow_pairs'): the yardstick a slow pair is measured again beside. Where
+    a pair is slow there is one: half the pairs run at the median or above."""
+    rates = {pair: pair_rate(pairs, *pair) for pair in unordered_pairs(pairs)}
+    return min((pair for pair, rate in rates.items() if rate is not None and pair not in slow),
+               key=lambda pair: abs(rates[pair] - median))
 
 
 def cleared_pairs(again: dict[tuple[str, str], dict], slow: list[tuple[str, str]],
-                  reference: tuple[str, str] | None) -> list[tuple[str, str]]:
+                  reference: tuple[str, str]) -> list[tuple[str, str]]:
     """The slow pairs that, measured again alone, reach SLOW_PAIR_SHARE of
     the reference pair measured alone right after them: a host busy with
     other work slows every pair alike, so a pair slow only on its own
     first look is not named."""
-    yardstick = pair_rate(again, *reference) if reference else None
+    yardstick = pair_rate(again, *reference)
     if yardstick is None:
         return []
     return [pair for pair in slow
@@ -235,10 +238,9 @@ def pair_culprits(pairs: dict[tuple[str, str], dict],
     """A pair that fails, loses datagrams, or runs below SLOW_PAIR_SHARE of
     the median pair (slow_pairs), unless its second look cleared it."""
     named = []
-    unordered = list(dict.fromkeys(tuple(sorted(pair)) for pair in pairs))
     slow, median = slow_pairs(pairs)
     slow = [pair for pair in slow if pair not in cleared]
-    for a, b in unordered:
+    for a, b in unordered_pairs(pairs):
         where = f"pair {a}-{b}"
         failed = [f"{x} to {y}: {pairs[(x, y)]['error']}" for x, y in ((a, b), (b, a))
                   if (x, y) in pairs and pairs[(x, y)].get("error")]
@@ -364,11 +366,11 @@ def check_network(job: Job, found: Findings) -> network.Choice | None:
         # the pair at the median right after it, alone too: on a busy host
         # one measurement can fall on a busy moment, and a host kept busy
         # slows every pair alike.
-        slow, _ = slow_pairs(found.pairs)
+        slow, median = slow_pairs(found.pairs)
         if slow:
-            reference = median_pair(found.pairs, slow)
+            reference = median_pair(found.pairs, slow, median)
             again = network.check_pairs(step, hello, choice, timeouts.connect_s,
-                                        only=[*slow, *([reference] if reference else [])])
+                                        only=[*slow, reference])
             found.cleared_pairs = cleared_pairs(again, slow, reference)
             found.pairs = the_faster_of(found.pairs, again)
         found.clocks = network.clock_offsets(step, timeouts.connect_s)
@@ -480,7 +482,7 @@ def table(found: Findings) -> str:
         lines.append(f"network: {found.network}")
     if found.pairs:
         lines.append("pair        MB/s there  MB/s back  RTT ms  lost")
-        for a, b in sorted(dict.fromkeys(tuple(sorted(pair)) for pair in found.pairs)):
+        for a, b in sorted(unordered_pairs(found.pairs)):
             there, back = found.pairs.get((a, b), {}), found.pairs.get((b, a), {})
             rate = [f"{r['mb_per_s']:,.0f}" if r.get("mb_per_s") else "failed"
                     for r in (there, back)]

@@ -126,8 +126,8 @@ def test_a_slow_pair_is_held_to_the_median_pair_measured_in_the_same_moment():
     rates = {(a, b): 1000.0 for a, b in itertools.combinations("abcd", 2)}
     rates[("a", "b")], rates[("c", "d")] = 990.0, 300.0
     first = pairs(rates)
-    slow, _ = preflight.slow_pairs(first)
-    reference = preflight.median_pair(first, slow)
+    slow, median = preflight.slow_pairs(first)
+    reference = preflight.median_pair(first, slow, median)
     assert slow == [("c", "d")] and reference in rates and reference != ("c", "d")
     busy_host = pairs({("c", "d"): 350.0, reference: 600.0})
     cleared = preflight.cleared_pairs(busy_host, slow, reference)
@@ -139,7 +139,13 @@ def test_a_slow_pair_is_held_to_the_median_pair_measured_in_the_same_moment():
     # The yardstick failed to measure: the first look stands.
     failed = {**slow_link, reference: {"mb_per_s": None, "error": "refused", "lost": 1}}
     assert preflight.cleared_pairs(failed, slow, reference) == []
-    assert preflight.median_pair(pairs({("a", "b"): 1.0}), []) == ("a", "b")
+    assert preflight.median_pair(first, slow, median) != ("a", "b")  # 990: 1000 is nearer
+    # Two slow pairs as far from the median as two fast ones: the yardstick
+    # is a fast one, never a slow pair held to itself.
+    split = pairs({("a", "b"): 1.0, ("a", "c"): 1.0, ("a", "d"): 100.0, ("b", "c"): 100.0})
+    split_slow, split_median = preflight.slow_pairs(split)
+    assert split_slow == [("a", "b"), ("a", "c")]
+    assert preflight.median_pair(split, split_slow, split_median) == ("a", "d")
 
 
 def test_a_pair_that_loses_datagrams_or_cannot_send_is_named():
