@@ -85,9 +85,7 @@ class CpuAccount:
         it (a daemon that outlived its fixture keeps it, harmlessly)."""
         if self.group is None:
             return
-        try:
+        with contextlib.suppress(OSError):
             (self.parent / "cgroup.procs").write_text(str(os.getpid()))
             self.group.rmdir()
-        except OSError:
-            pass
         self.group = None
