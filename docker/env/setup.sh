@@ -346,9 +346,12 @@ if [[ -n "$editable" ]]; then
   (cd "$editable" && pwd) > "$site/horovod-train-checkout.pth"
 fi
 wait_for_apt
-# mpi4py is compiled against this machine's OpenMPI, never taken as a wheel
-# (minutes of one core the first time, then from uv's cache).
-uv_install --no-binary mpi4py -r "$here/requirements/mpi.txt" & mpi_pid=$!
+# mpi4py is compiled against this machine's OpenMPI, never taken from the
+# index as a wheel: minutes of one core the first time, then the wheel kept
+# in the wheel cache under a key of that OpenMPI, its compiler and Python
+# (mpi4py_wheel.py), which the image's build mounts too.
+{ mpi4py=$("$venv/bin/python" "$here/mpi4py_wheel.py" --python "$venv/bin/python" --lock "$lock") \
+    && { [[ -z "$mpi4py" ]] || uv_install --no-deps "$mpi4py"; }; } & mpi_pid=$!
 wait_for_mpi4py() {
   wait "$mpi_pid" || die "installing mpi4py failed (its message above)"
 }
