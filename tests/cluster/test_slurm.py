@@ -944,16 +944,18 @@ def test_slurm_cluster_page_submits_as_written(local_slurm, decoy_cluster, small
                                                tmp_path):
     """The checklist page "Your Slurm cluster" (tests/checklists.py): its
     submit.sh command, as written but for one GPU a task (the local nodes
-    have none), two tasks a node, the test's digits and directories,
-    trains across both nodes after the preflight found nothing."""
+    have none), a task a node (two a node are the srun and Submitit tests'),
+    the test's digits and directories, trains across both nodes after the
+    preflight found nothing."""
     [command] = [command for block in blocks()
                  if block.page == "slurm-cluster.md" and block.mark == "slurm"
                  for command in block.commands if command[0] == "scripts/slurm/submit.sh"]
     line = as_run_here(command, {
         "/shared/$USER/mnist": str(small_mnist_dir),
+        "--tasks-per-node 4": "--tasks-per-node 1",
         "--preflight --": f"--preflight --folder {tmp_path / 'submitit'} --time 10 --"})
     line += f" --epochs 1 --log-dir {tmp_path / 'run'}"
-    assert line.startswith("scripts/slurm/submit.sh --nodes 2 --tasks-per-node 2 --preflight")
+    assert line.startswith("scripts/slurm/submit.sh --nodes 2 --tasks-per-node 1 --preflight")
     result = subprocess.run(["bash", "-c", line], cwd=REPO, env=local_slurm.env,
                             capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -962,14 +964,14 @@ def test_slurm_cluster_page_submits_as_written(local_slurm, decoy_cluster, small
     log = Path(re.search(r"; log: (\S+)", result.stdout)[1]).read_text()
     assert "preflight: all well, 2 hosts checked in " in log, log[-3000:]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["hosts"] == {"a": 2, "b": 2} and summary["weights_identical"] is True
+    assert summary["hosts"] == {"a": 1, "b": 1} and summary["weights_identical"] is True
 
 
 @pytest.mark.slow
 @pytest.mark.cluster
 def test_slurm_cluster_pages_sbatch_form_logs_where_it_ran_and_usr2_requeues_it(
         local_slurm, decoy_cluster, small_mnist_dir, tmp_path):
-    """The same page's sbatch command as written (but two tasks a node, no
+    """The same page's sbatch command as written (but a task a node, no
     GPUs, the test's digits): its log where sbatch ran, with no directory
     to make first; the page's `scancel --batch --signal=USR2` (a time
     limit's warning, horovod.sbatch's --signal=B:USR2@120) after epoch 1
@@ -980,9 +982,9 @@ def test_slurm_cluster_pages_sbatch_form_logs_where_it_ran_and_usr2_requeues_it(
     run = tmp_path / "run"
     line = as_run_here(command, {"/shared/$USER/mnist": str(small_mnist_dir),
                                  "sbatch --nodes": "sbatch --parsable --nodes",
-                                 "--ntasks-per-node 4": "--ntasks-per-node 2"})
+                                 "--ntasks-per-node 4": "--ntasks-per-node 1"})
     line += f" --epochs 3 --log-dir {run}"
-    assert line.startswith("sbatch --parsable --nodes 2 --ntasks-per-node 2 --export=ALL,"
+    assert line.startswith("sbatch --parsable --nodes 2 --ntasks-per-node 1 --export=ALL,"
                            "HVT_PREFLIGHT=1 scripts/slurm/horovod.sbatch"), line
     submitted = subprocess.run(["bash", "-c", line], cwd=REPO, env=local_slurm.env,
                                capture_output=True, text=True, timeout=60)
@@ -1007,4 +1009,4 @@ def test_slurm_cluster_pages_sbatch_form_logs_where_it_ran_and_usr2_requeues_it(
     resumed = re.search(r"resuming after epoch (\d+)", text)
     assert resumed and int(resumed[1]) >= 1, text[-3000:]
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["hosts"] == {"a": 2, "b": 2} and summary["weights_identical"] is True
+    assert summary["hosts"] == {"a": 1, "b": 1} and summary["weights_identical"] is True
