@@ -78,6 +78,9 @@ def recipe_module(name: str):
 
 
 lock = recipe_module("lock")
+wheel_cache = recipe_module("wheel_cache")
+first_line = wheel_cache.first_line
+default_cache_dir = wheel_cache.default_cache_dir
 LOCK = lock.LOCK
 CUDA_MAJORS = lock.CUDA_MAJORS
 
@@ -105,15 +108,6 @@ def locked_version(package: str, cuda_major: int = CUDA_MAJORS[0]) -> str:
         return lock.locked_version(package, cuda_major)
     except KeyError:
         raise RunFailed(f"the lock pins no {package}") from None
-
-
-def first_line(command: list[str]) -> str | None:
-    try:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    text = (result.stdout or result.stderr).strip()
-    return text.splitlines()[0] if result.returncode == 0 and text else None
 
 
 def probe_python(python: str, frameworks: list[str]) -> dict:
@@ -412,9 +406,7 @@ def plan(args, info: dict) -> tuple[dict, dict]:
     compiler = first_line([os.environ.get("CXX", "c++"), "--version"])
     if compiler is None:
         raise UserError("no C++ compiler (c++) found: install build-essential")
-    # "c++ (Debian 12.2.0-14) 12.2.0" and "g++-12 (Debian 12.2.0-14) 12.2.0"
-    # are one compiler: the key keeps what follows the program's name.
-    compiler = compiler.split(" ", 1)[-1]
+    compiler = wheel_cache.without_program(compiler)
     # The compiler of the kernels: CUDA_HOME's, else the lock's wheels.
     toolkit = None
     if needs_cuda:
@@ -817,13 +809,6 @@ def main(argv: list[str]) -> int:
     print(check_build(args.python, args.frameworks, inputs["gpu_ops"], info.get("nccl_home"),
                       mpi=not args.without_mpi), end="")
     return 0
-
-
-def default_cache_dir() -> Path:
-    if os.environ.get("HVT_WHEEL_CACHE"):
-        return Path(os.environ["HVT_WHEEL_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "horovod-train" / "wheels"
 
 
 def run_main(argv: list[str]) -> None:

@@ -15,6 +15,7 @@ venv has anything but pip, in the image's first layers too.
 
 import argparse
 import hashlib
+import importlib.util
 import json
 import os
 import platform
@@ -26,6 +27,15 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+# Loaded by path: this file is run as a script, or loaded by path itself (the tests).
+_spec = importlib.util.spec_from_file_location(
+    "wheel_cache", Path(__file__).resolve().parent / "wheel_cache.py")
+wheel_cache = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(wheel_cache)
+first_line = wheel_cache.first_line
+without_program = wheel_cache.without_program
+default_cache_dir = wheel_cache.default_cache_dir
+
 
 class UserError(Exception):
     """Bad input or a missing tool: one line, exit 2."""
@@ -33,21 +43,6 @@ class UserError(Exception):
 
 def log(message: str) -> None:
     print(f"mpi4py_wheel: {message}", file=sys.stderr, flush=True)
-
-
-def first_line(command: list[str]) -> str | None:
-    try:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    text = (result.stdout or result.stderr).strip()
-    return text.splitlines()[0] if result.returncode == 0 and text else None
-
-
-def without_program(line: str) -> str:
-    """"gcc-12 (Debian 12.2.0-14) 12.2.0" and "gcc (Debian 12.2.0-14) 12.2.0"
-    (OMPI_CC picks the program) are one compiler: what follows its name."""
-    return line.split(" ", 1)[-1]
 
 
 def locked_version(lock: Path) -> str:
@@ -122,14 +117,6 @@ def build(python: str, version: str, wanted: dict, entry: Path) -> Path:
     if wheel is None:
         raise RuntimeError(f"pip left no mpi4py wheel in {entry}")
     return wheel
-
-
-def default_cache_dir() -> Path:
-    """Horovod's wheel cache (build_horovod.py's default)."""
-    if os.environ.get("HVT_WHEEL_CACHE"):
-        return Path(os.environ["HVT_WHEEL_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "horovod-train" / "wheels"
 
 
 def main(argv: list[str]) -> int:
