@@ -30,12 +30,6 @@ USAGE
 esac
 
 cd "$(dirname "$0")/.."
-# The suite runs many processes on a few cores (two pytest runs, the image
-# builds, the ranks of every emulated host): an OpenMP thread (torch's,
-# MXNet's) that spins while it waits for its team holds the core its team
-# mate needs. Waiting asleep, the processes check the same things for half
-# the CPU (docs/development.md#how-the-whole-suite-runs). One already set wins.
-export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 phases=()
 phase_started=$SECONDS
 end_phase() {

@@ -12,7 +12,7 @@ PREFIX = "HVT_"
 # pip's and uv's: the recipe hands pip's settings to uv (docker/env/setup.sh).
 FOREIGN_PREFIXES = ("HOROVOD_", "OMPI_", "NCCL_", "SLURM_", "SLURMD_", "PIP_", "UV_")
 FOREIGN = {"CUDA_HOME", "CXX", "HOME", "PATH", "PYTHONPATH", "XDG_CACHE_HOME",
-           "LD_LIBRARY_PATH", "LD_PRELOAD", "GLIBC_TUNABLES", "OMP_NUM_THREADS", "OMP_WAIT_POLICY",
+           "LD_LIBRARY_PATH", "LD_PRELOAD", "GLIBC_TUNABLES", "OMP_NUM_THREADS",
            "TF_CPP_MIN_LOG_LEVEL", "TF_USE_LEGACY_KERAS", "CUDA_VISIBLE_DEVICES",
            "SSL_CERT_FILE", "VIRTUAL_ENV",
            "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE"}  # torchrun's, in the DDP baseline
