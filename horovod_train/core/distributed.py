@@ -44,14 +44,28 @@ HOROVOD_SHUT_DOWN = "Horovod has been shut down"
 # wrap it in an error of their own, on a line of its text.
 SOURCE_LOCATION = re.compile(r"^\[[^\]]*\.(cc|cpp|h):\d+\]\s*")
 GLOO_ERROR = re.compile(r"^\s*\[[^\]\s]*gloo[^\]\s]*\.(?:cc|cpp|h):\d+\]\s*(\S.*)$", re.M)
+# MXNet reads Gloo's "[file.cc:line] Read error [ADDR]:PORT: reason" as a
+# traceback of its own: File "Read error [ADDR]", line PORT, then
+# MXNetError: reason.
+MXNET_GLOO_ERROR = re.compile(
+    r'File "((?:Read|Write) error \[[^\]]*\])", line (\d+)\s*\n\s*MXNetError: (\S.*)')
+
+
+def gloo_error(text: str) -> str | None:
+    """Gloo's error wherever the framework put it, without its source
+    location; None where the text carries none."""
+    if found := GLOO_ERROR.search(text):
+        return found[1]
+    if found := MXNET_GLOO_ERROR.search(text):
+        return f"{found[1]}:{found[2]}: {found[3]}"
+    return None
 
 
 def first_sentence(err: BaseException) -> str:
     """An error of Horovod's, for a one-line message: the first sentence of
     Gloo's error wherever the framework put it, else of the error's text;
     without Gloo's source location."""
-    gloo = GLOO_ERROR.search(str(err))
-    text = gloo.group(1) if gloo else str(err).strip() or type(err).__name__
+    text = gloo_error(str(err)) or str(err).strip() or type(err).__name__
     return SOURCE_LOCATION.sub("", text.splitlines()[0].split(". ")[0])
 
 
@@ -70,7 +84,7 @@ def one_line_when_horovod_stops():
     except Exception as err:
         text = str(err)
         if not (isinstance(err, HorovodInternalError) or HOROVOD_SHUT_DOWN in text
-                or GLOO_ERROR.search(text)):
+                or gloo_error(text)):
             raise
         said = HOROVOD_SHUT_DOWN if HOROVOD_SHUT_DOWN in text else first_sentence(err)
         raise RunFailed(f"Horovod stopped the job: {said} (another rank ended or stopped "

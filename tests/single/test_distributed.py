@@ -48,6 +48,20 @@ def test_gloos_error_inside_a_frameworks_error_is_the_line():
                                 "answering)")
 
 
+# MXNet's text for the same error (asnumpy() on rank 0 as its peer was
+# killed), as a CI run printed it.
+MXNET_GLOO_ERROR = ('Traceback (most recent call last):\n  File "Read error [127.0.0.1]", '
+                    'line 63908\nMXNetError: Connection reset by peer')
+
+
+def test_gloos_error_as_mxnet_reads_it_is_the_line():
+    with pytest.raises(RunFailed) as ended, distributed.one_line_when_horovod_stops():
+        raise RuntimeError(MXNET_GLOO_ERROR)
+    assert str(ended.value) == ("Horovod stopped the job: Read error [127.0.0.1]:63908: "
+                                "Connection reset by peer (another rank ended or stopped "
+                                "answering)")
+
+
 def test_other_errors_pass_through():
     with pytest.raises(ValueError), distributed.one_line_when_horovod_stops():
         raise ValueError("a bug of ours: keep its traceback")
