@@ -40,24 +40,18 @@ TF_GLOO_ERROR = (
     "\t [[{{node DistributedGradientTape_Allreduce/cond_8/HorovodAllreduce_fc2_0}}]]")
 
 
-def test_gloos_error_inside_a_frameworks_error_is_the_line():
-    with pytest.raises(RunFailed) as ended, distributed.one_line_when_horovod_stops():
-        raise RuntimeError(TF_GLOO_ERROR)
-    assert str(ended.value) == ("Horovod stopped the job: Read error [127.0.0.1]:55202: "
-                                "Connection reset by peer (another rank ended or stopped "
-                                "answering)")
-
-
 # MXNet's text for the same error (asnumpy() on rank 0 as its peer was
-# killed), as a CI run printed it.
+# killed), as a CI run printed it: MXNet reads Gloo's line as a traceback.
 MXNET_GLOO_ERROR = ('Traceback (most recent call last):\n  File "Read error [127.0.0.1]", '
                     'line 63908\nMXNetError: Connection reset by peer')
 
 
-def test_gloos_error_as_mxnet_reads_it_is_the_line():
+@pytest.mark.parametrize("text, port", [(TF_GLOO_ERROR, 55202), (MXNET_GLOO_ERROR, 63908)],
+                         ids=["tensorflow", "mxnet"])
+def test_gloos_error_inside_a_frameworks_error_is_the_line(text, port):
     with pytest.raises(RunFailed) as ended, distributed.one_line_when_horovod_stops():
-        raise RuntimeError(MXNET_GLOO_ERROR)
-    assert str(ended.value) == ("Horovod stopped the job: Read error [127.0.0.1]:63908: "
+        raise RuntimeError(text)
+    assert str(ended.value) == (f"Horovod stopped the job: Read error [127.0.0.1]:{port}: "
                                 "Connection reset by peer (another rank ended or stopped "
                                 "answering)")
 
