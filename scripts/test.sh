@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The README's test command: set up (or reuse) the environment, lint, then
 # run the whole test suite for real (Horovod, OpenMPI, sshd in emulated
-# hosts, each image run as two hosts), while both images are built beside
-# it. Ends with the time of each phase.
+# hosts, each image run as two hosts), the images built beside the setup.
+# Ends with the time of each phase.
 set -euo pipefail
 
 case "${1:-}" in
@@ -12,13 +12,14 @@ Usage: scripts/test.sh [PYTEST ARGS...]
 
 Runs scripts/setup.sh for PyTorch, TensorFlow and MXNet, ruff, then pytest
 with the given arguments (e.g. -k resume, -m "not cluster", tests/single).
-Beside the tests, at a lower CPU and the lowest I/O priority,
-scripts/build_image.sh builds the CPU and the GPU image and the one that
-carries the code (all fast when already done; each build's log in
-runs/image-builds/); the image tests come last and wait for their image.
-Without arguments, as root, the tests on the emulated hosts (tests/cluster)
-run here and the others beside them, in their waits, at a lower CPU share:
-those others' output in runs/tests-beside.log, their summary at the end.
+As root, from the start, at the lowest I/O priority, scripts/build_image.sh
+builds the GPU and the CPU image and the one that carries the code (all
+fast when already done; each build's log in runs/image-builds/).
+Without arguments, as root, the tests wait for them after the setup, then
+the tests on the emulated hosts (tests/cluster) run here and the others
+beside them, in their waits, at a lower CPU share: those others' output in
+runs/tests-beside.log, their summary at the end. With arguments, the tests
+run beside the builds, and the image tests wait for their image.
 Tests on the emulated hosts and the images need root; elsewhere they are
 skipped with the reason. Three tiers run only when named: scripts/test.sh
 tests/distro (a bare Debian 13 set up and trained on) and scripts/test.sh
@@ -39,7 +40,6 @@ end_phase() {
 report() {
   local code=$?
   # A wheelhouse left half-filled is filled again next time (no COMPLETE mark).
-  [[ -z "${house_pid:-}" ]] || kill "$house_pid" 2>/dev/null || true
   [[ -z "${builds_pid:-}" ]] || kill -- -"$builds_pid" 2>/dev/null || true
   [[ -z "${beside_pid:-}" ]] || kill -- -"$beside_pid" 2>/dev/null || true
   echo "test.sh: phase times: $(IFS=';'; echo "${phases[*]:-none}" | sed 's/;/, /g')"
@@ -61,12 +61,53 @@ in_own_session() {
     exec nice -n "$share" "$@"' in_own_session "$@"
 }
 
-# As root, where the images are built too, the wheelhouse they build from
-# is filled beside the setup (network beside compiling; the setup installs
-# from uv's cache and the index).
-house_pid=""
+# The images, built with podman from docker/ as the context (as users type
+# it): the GPU one, the CPU one, then the one that carries the code (from
+# the repository root, on the GPU one's layers), one after the other, from
+# the start, in a session of their own at the lowest I/O priority: first
+# their wheelhouse (network beside the setup's compiles), then each image
+# beside the setup. Where the setup and a build would compile the same
+# wheel, the second waits for the first and takes its wheel
+# (docker/env/wheel_cache.py): both images take the setup's mpi4py, the CPU
+# one its Horovod. The whole suite waits for them after the setup (the
+# images phase): they share the cores with the setup, not with the tests
+# (a session of their own at nice 0: Linux shares the CPU between sessions
+# first). A selection of tests runs beside them, which then have the tests'
+# leftover share (nice 10), and the image tests wait for their image. Each
+# build writes DEVICE.log, then DEVICE.status (its exit code) and
+# DEVICE.seconds, which the image tests wait for (tests/conftest.py). Root
+# is needed for podman's storage and for running the images as emulated
+# hosts.
+builds=runs/image-builds
+builds_pid=""
+building=0
+whole_suite=0
+[[ $# -ne 0 ]] || whole_suite=1
 if [[ $(id -u) -eq 0 ]]; then
-  scripts/build_image.sh --wheelhouse-only >/dev/null & house_pid=$!
+  rm -rf "$builds" && mkdir -p "$builds"
+  # shellcheck disable=SC2016  # expanded by the builds' own bash
+  in_own_session "$((whole_suite ? 0 : 10))" bash -c 'builds=$1
+    started=$SECONDS
+    house=0
+    scripts/build_image.sh --wheelhouse-only >"$builds/wheelhouse.log" 2>&1 || house=$?
+    echo "$((SECONDS - started))" >"$builds/wheelhouse.seconds"
+    for image in gpu cpu app; do
+      started=$SECONDS
+      if [[ $image == app ]]; then args=(--app); else args=(--device "$image"); fi
+      code=$house
+      if [[ $house != 0 ]]; then
+        echo "filling the wheelhouse failed: $builds/wheelhouse.log" >"$builds/$image.log"
+      else
+        ionice -c 3 scripts/build_image.sh "${args[@]}" >"$builds/$image.log" 2>&1 || code=$?
+      fi
+      echo "$((SECONDS - started))" >"$builds/$image.seconds"
+      echo "$code" >"$builds/$image.status.new" && mv "$builds/$image.status.new" "$builds/$image.status"
+    done' build-images "$builds" &
+  builds_pid=$!
+  building=1
+  export HVT_TEST_IMAGE_BUILDS="$PWD/$builds"
+else
+  echo "test.sh: not root: the images are not built and their tests will be skipped"
 fi
 # All three frameworks: the suite trains each of them for real. No GPU
 # operations: the CPU image shares this Horovod wheel. A GPU setup of this
@@ -79,48 +120,20 @@ fi
 scripts/setup.sh --frameworks pytorch,tensorflow,mxnet --gpu-ops none
 end_phase setup
 
-# The images, built with podman from docker/ as the context (as users type
-# it), then the one that carries the code, from the repository root, on the
-# GPU one's layers, one after the other beside the tests, at the lowest I/O
-# priority and the CPU share of the tests beside (nice 10 in a session of
-# their own): the tests on the emulated hosts keep the cores they use, and
-# the builds and the tests beside share the time those leave idle (waiting
-# on a timeout, a host, Slurm); built from nothing (a new machine), the
-# images are what the image tests wait for at the end. Each writes
-# DEVICE.log, then DEVICE.status (its exit code) and DEVICE.seconds, which
-# the image tests wait for (tests/conftest.py). Root is needed for podman's
-# storage and for running the images as emulated hosts.
-builds=runs/image-builds
-builds_pid=""
-if [[ $(id -u) -eq 0 ]]; then
-  wait "$house_pid" || { echo "test.sh: error: filling the wheelhouse failed (above)" >&2; exit 1; }
-  house_pid=""
-  end_phase wheelhouse
-  rm -rf "$builds" && mkdir -p "$builds"
-  # shellcheck disable=SC2016  # expanded by the builds' own bash
-  in_own_session 10 bash -c 'builds=$1
-    for image in cpu gpu app; do
-      started=$SECONDS
-      if [[ $image == app ]]; then args=(--app); else args=(--device "$image"); fi
-      code=0
-      ionice -c 3 scripts/build_image.sh "${args[@]}" >"$builds/$image.log" 2>&1 || code=$?
-      echo "$((SECONDS - started))" >"$builds/$image.seconds"
-      echo "$code" >"$builds/$image.status.new" && mv "$builds/$image.status.new" "$builds/$image.status"
-    done' build-images "$builds" &
-  builds_pid=$!
-  export HVT_TEST_IMAGE_BUILDS="$PWD/$builds"
-else
-  echo "test.sh: not root: the images are not built and their tests will be skipped"
+if (( whole_suite && building )); then
+  wait "$builds_pid" || true
+  builds_pid=""
+  end_phase images
 fi
 .venv/bin/ruff check .
 end_phase lint
 set +e
-if [[ $# -eq 0 && -n "$builds_pid" ]]; then
+if (( whole_suite && building )); then
   # The whole suite, as root: the tests on the emulated hosts (they mostly
   # wait: on hosts, Slurm, a fault's timeout) here, and the others beside
   # them, in those waits, at a lower share of the CPU (nice 10 in a session
-  # of their own, as the image builds). Their output goes to a log; their
-  # summary follows this one's.
+  # of their own). Their output goes to a log; their summary follows this
+  # one's.
   beside_log=runs/tests-beside.log
   echo "test.sh: the tests off the emulated hosts run beside them: $beside_log"
   in_own_session 10 .venv/bin/python -m pytest -m "not cluster" \
@@ -147,12 +160,15 @@ fi
 set -e
 end_phase tests
 
-if [[ -n "$builds_pid" ]]; then
-  wait "$builds_pid" || true
+if (( building )); then
+  [[ -z "$builds_pid" ]] || wait "$builds_pid" || true
   builds_pid=""
-  for image in cpu gpu app; do
+  where="beside the setup"
+  (( whole_suite )) || where="beside the setup and the tests"
+  phases+=("wheelhouse $(cat "$builds/wheelhouse.seconds" 2>/dev/null || echo '?') s ($where)")
+  for image in gpu cpu app; do
     status=$(cat "$builds/$image.status" 2>/dev/null || echo "none")
-    phases+=("$image image $(cat "$builds/$image.seconds" 2>/dev/null || echo '?') s (beside the tests)")
+    phases+=("$image image $(cat "$builds/$image.seconds" 2>/dev/null || echo '?') s ($where)")
     if [[ $status != 0 ]]; then
       tail -n 20 "$builds/$image.log" >&2 || true
       echo "test.sh: error: building the $image image failed (exit $status): $builds/$image.log" >&2

@@ -394,8 +394,9 @@ IMAGES = {"cpu": os.environ.get("HVT_CPU_IMAGE", "localhost/horovod-train:cpu"),
           "app": os.environ.get("HVT_APP_IMAGE", "localhost/horovod-train:app")}
 
 
-# Where scripts/test.sh's image builds, run beside the tests, say how each
-# ended: DEVICE.status holds build_image.sh's exit code once it has.
+# Where scripts/test.sh's image builds (beside the setup, and beside the tests
+# that a selection runs) say how each ended: DEVICE.status holds build_image.sh's
+# exit code once it has.
 IMAGE_BUILDS = os.environ.get("HVT_TEST_IMAGE_BUILDS")
 IMAGE_BUILD_WAIT_S = 3600
 

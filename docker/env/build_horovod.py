@@ -795,14 +795,15 @@ def main(argv: list[str]) -> int:
     if args.print_key:
         print(key)
         return 0
-    entry = serving_entry(args.cache_dir, inputs, key)
-    if entry is None:
-        entry = args.cache_dir / entry_name(key)
-        env = {**env, **cuda_env(args, inputs)}
-        build_wheel(args, fetch_sdist(args.cache_dir, args.python), env, entry, inputs)
-    else:
-        built_for = ", ".join(recorded_inputs(entry)["frameworks"])
-        log(f"cached wheel in {entry} (built for {built_for})")
+    with wheel_cache.compiling_alone(args.cache_dir, "horovod", log):
+        entry = serving_entry(args.cache_dir, inputs, key)
+        if entry is None:
+            entry = args.cache_dir / entry_name(key)
+            env = {**env, **cuda_env(args, inputs)}
+            build_wheel(args, fetch_sdist(args.cache_dir, args.python), env, entry, inputs)
+        else:
+            built_for = ", ".join(recorded_inputs(entry)["frameworks"])
+            log(f"cached wheel in {entry} (built for {built_for})")
     if args.no_install:
         return 0
     install(args.python, entry, info["prefix"], inputs)

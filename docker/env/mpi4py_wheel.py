@@ -131,9 +131,8 @@ def main(argv: list[str]) -> int:
         return 0
     wanted = inputs(args.python, version)
     entry = args.cache_dir / entry_name(version, wanted)
-    wheel = intact_wheel(entry)
-    if wheel is None:
-        wheel = build(args.python, version, wanted, entry)
+    with wheel_cache.compiling_alone(args.cache_dir, "mpi4py", log):
+        wheel = intact_wheel(entry) or build(args.python, version, wanted, entry)
     print(wheel)
     return 0
 

@@ -3,6 +3,8 @@ mpi4py_wheel.py's mpi4py) share: where they are kept, and how a tool's
 version goes into their keys. Standard library only, loaded by path beside
 them (the image's first layers have no package of the project)."""
 
+import contextlib
+import fcntl
 import os
 import subprocess
 from pathlib import Path
@@ -15,6 +17,28 @@ def default_cache_dir() -> Path:
         return Path(os.environ["HVT_WHEEL_CACHE"])
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "horovod-train" / "wheels"
+
+
+@contextlib.contextmanager
+def compiling_alone(cache: Path, tool: str, log):
+    """One process at a time looks up, and compiles, `tool`'s wheel in this
+    cache: a second one (an image's build beside the machine's setup) waits
+    for the first, then takes the wheel it left instead of compiling it
+    again. flock: the kernel lets go when the holder ends, however it ends.
+    A cache this process cannot write is read as it is, unlocked."""
+    with contextlib.ExitStack() as held:
+        try:
+            cache.mkdir(parents=True, exist_ok=True)
+            handle = held.enter_context(open(cache / f".{tool}.lock", "a"))
+        except OSError:
+            handle = None
+        if handle is not None:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                log(f"another process is compiling {tool} into {cache}: waiting for it")
+                fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
 
 
 def first_line(command: list[str]) -> str | None:

@@ -1,10 +1,12 @@
 """mpi4py's kept wheel: keyed by what the compile depends on (the compiler by
-its version, whatever OMPI_CC calls it), a cut wheel never served, and the
-environment that has the locked mpi4py left as it is."""
+its version, whatever OMPI_CC calls it), a cut wheel never served, the
+environment that has the locked mpi4py left as it is, and one compile at a
+time in a cache."""
 
 import importlib.util
 import subprocess
 import sys
+import time
 import zipfile
 
 from conftest import REPO
@@ -57,3 +59,37 @@ def test_an_environment_with_the_locked_mpi4py_needs_no_wheel(tmp_path):
                              timeout=60)
     assert refused.returncode == 2
     assert refused.stderr == f"mpi4py_wheel: error: the lock {lock} pins no mpi4py\n"
+
+
+def test_a_second_setup_waits_for_the_first_compile_and_takes_its_wheel(tmp_path):
+    """Two setups at once on one machine (an image's build beside the
+    host's): the second waits while the first compiles, then serves the
+    first's wheel, compiling nothing."""
+    python = tmp_path / "venv" / "bin" / "python"  # a Python without mpi4py
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")],
+                   check=True, timeout=60)
+    lock = ENV_DIR / "constraints.txt"
+    version = mpi4py_wheel.locked_version(lock)
+    cache = tmp_path / "cache"
+    entry = cache / mpi4py_wheel.entry_name(version, mpi4py_wheel.inputs(str(python), version))
+    said = tmp_path / "second.err"
+    with mpi4py_wheel.wheel_cache.compiling_alone(cache, "mpi4py", print):
+        with said.open("w") as err:
+            second = subprocess.Popen(
+                [sys.executable, str(ENV_DIR / "mpi4py_wheel.py"), "--python", str(python),
+                 "--lock", str(lock), "--cache-dir", str(cache)],
+                stdout=subprocess.PIPE, stderr=err, text=True)
+        deadline = time.monotonic() + 30
+        while "waiting for it" not in said.read_text():
+            assert second.poll() is None and time.monotonic() < deadline, said.read_text()
+            time.sleep(0.05)
+        # The first's compile ends: its wheel lands in the cache.
+        entry.mkdir(parents=True)
+        wheel = entry / f"mpi4py-{version}-cp311-cp311-linux_x86_64.whl"
+        with zipfile.ZipFile(wheel, "w") as whole:
+            whole.writestr("mpi4py/__init__.py", "")
+    out, _ = second.communicate(timeout=30)
+    assert second.returncode == 0, said.read_text()
+    assert out == f"{wheel}\n"
+    assert said.read_text() == (f"mpi4py_wheel: another process is compiling mpi4py into "
+                                f"{cache}: waiting for it\n")
