@@ -64,9 +64,11 @@ def record_setting(name: str, value: str, set_by: str) -> None:
 
 def use_defaults(settings: dict[str, str]) -> None:
     """Each setting into this process's environment, where the user set none;
-    either way recorded (APPLIED)."""
+    either way recorded (APPLIED). The project's own value, found set, is the
+    project's: scripts/launch.sh and the Slurm job hand every rank the
+    project's Open MPI file (docker/openmpi-mca-params.conf)."""
     for name, value in settings.items():
-        set_by = "user" if name in os.environ else "project"
+        set_by = "user" if os.environ.get(name, value) != value else "project"
         record_setting(name, os.environ.setdefault(name, value), set_by)
 
 

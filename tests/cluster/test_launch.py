@@ -359,17 +359,18 @@ def test_ssh_port_closed_on_b_only_is_one_line_before_any_rank(cluster, tmp_path
 
 @pytest.mark.parametrize("controller", ["mpi", "gloo"])
 def test_the_ranks_get_the_projects_open_mpi_settings_unless_set(controller):
-    """docker/openmpi-mca-params.conf (mpirun's keepalive to its daemons)
-    reaches a launch outside the image; a value the user set wins."""
+    """docker/openmpi-mca-params.conf (mpirun's keepalive to its daemons,
+    Open MPI yielding its core while it waits) reaches a launch of any
+    script outside the image; a value the user set wins."""
     # One write: horovodrun tags each piece of a line that print() writes apart.
     show = [str(BIN / "python"), "-c", "import os, sys; sys.stdout.write(' '.join(['keepalive', "
             "*(os.environ['OMPI_MCA_oob_tcp_keepalive_' + n] for n in ('time', 'intvl', "
-            "'probes'))]) + '\\n')"]
+            "'probes')), 'yield', os.environ['OMPI_MCA_mpi_yield_when_idle']]) + '\\n')"]
     ours, _ = launch("-np", "1", "-H", "localhost:1", f"--{controller}", *show)
-    assert "keepalive 10 5 3" in ours.stdout, ours.stdout + ours.stderr
+    assert "keepalive 10 5 3 yield 1" in ours.stdout, ours.stdout + ours.stderr
     users, _ = launch("-np", "1", "-H", "localhost:1", f"--{controller}", *show,
                       env={**ENV, "OMPI_MCA_oob_tcp_keepalive_time": "42"})
-    assert "keepalive 42 5 3" in users.stdout, users.stdout + users.stderr
+    assert "keepalive 42 5 3 yield 1" in users.stdout, users.stdout + users.stderr
 
 
 def test_a_failing_command_fails_the_launch(tmp_path):

@@ -1,7 +1,8 @@
 """Horovod's TensorFlow and Keras parts with Keras 3 (horovod#4290) and
 with tf-keras, the Keras 2 that Keras 2 scripts run on, on the environment's
-own build: the cases of keras_cases.py on two ranks started by horovodrun,
-Keras 3 over MPI and tf-keras over Gloo (the patches are in Horovod's
+own build: the cases of keras_cases.py on two ranks started by
+scripts/launch.sh (horovodrun, the project's Open MPI settings with it, as
+for a user's script), Keras 3 over MPI and tf-keras over Gloo (the patches are in Horovod's
 Python, above the controller; the TensorFlow trainer's runs take Keras 3
 over both). Unpatched 0.28.1 fails each case on Keras 3:
 broadcast ("'SymbolicTensor' object has no attribute 'assign'"), gradient
@@ -53,8 +54,8 @@ def test_broadcast_gradient_tape_and_fit_with_the_callbacks(tmp_path, keras, con
     python = str(BIN / "python") if keras == "3." else keras_2_python(tmp_path)
     env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
     result = subprocess.run(
-        [str(BIN / "horovodrun"), "-np", "2", "-H", "localhost:2", f"--{controller}",
-         python, "tests/keras_cases.py"],
+        [str(REPO / "scripts" / "launch.sh"), "-np", "2", "-H", "localhost:2",
+         f"--{controller}", python, "tests/keras_cases.py"],
         cwd=REPO, env={**env, "PATH": f"{BIN}:{os.environ['PATH']}"},
         capture_output=True, text=True, timeout=300)
     output = result.stdout + result.stderr

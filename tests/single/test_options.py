@@ -48,6 +48,20 @@ def test_every_trainers_help_names_the_settings_each_rank_makes(entry, capsys):
         assert f"{name}={value}" in help_text, name
 
 
+@pytest.mark.parametrize("found, set_by", [(None, "project"), ("1", "project"), ("0", "user")],
+                         ids=["unset", "the project's file", "the user's"])
+def test_a_rank_setting_found_at_the_projects_value_is_the_projects(found, set_by, monkeypatch):
+    """scripts/launch.sh and the Slurm job hand every rank the project's Open
+    MPI file: its value is not the user's."""
+    monkeypatch.setattr(runtime, "APPLIED", {})
+    monkeypatch.setenv("OMPI_MCA_mpi_yield_when_idle", found or "")  # restored afterwards
+    if found is None:
+        monkeypatch.delenv("OMPI_MCA_mpi_yield_when_idle")
+    runtime.use_rank_mpi_settings()
+    (recorded,) = runtime.APPLIED.values()
+    assert recorded == {"value": found or "1", "set_by": set_by}
+
+
 @pytest.mark.parametrize("entry, framework_options", [
     (torch_options, True), (tensorflow_options, False), (mxnet_options, False)])
 def test_a_run_records_only_its_own_frameworks_options(entry, framework_options):
