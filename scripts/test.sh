@@ -52,9 +52,22 @@ trap report EXIT
 # session: Linux shares the CPU between sessions first (autogroups), so a
 # process's own nice would rank it only within its session, not against
 # the tests here nor the ranks that ssh and Slurm start in sessions of
-# their own. Where the kernel has no autogroups, the process's own nice.
+# their own. A process it starts that makes a session of its own
+# (horovodrun's middleman calls setsid, and the ranks are its children)
+# would leave that share: below nice 0, where cgroup v1's cpu controller is
+# writable (root), the session also runs in a cpu group of that weight,
+# which everything it starts stays in. Where the kernel has no autogroups,
+# the process's own nice.
 in_own_session() {
   exec setsid bash -c 'share=$1; shift
+    cpu=/sys/fs/cgroup/cpu
+    if (( share > 0 )) && [[ -w $cpu/cgroup.procs ]]; then
+      weight=1024  # nice 0; each step of nice weighs 1.25 times less
+      for ((step = 0; step < share; step++)); do weight=$((weight * 4 / 5)); done
+      group=$cpu/horovod-train-nice$share
+      { mkdir -p "$group" && echo "$weight" >"$group/cpu.shares" &&
+        echo $$ >"$group/cgroup.procs"; } 2>/dev/null || true
+    fi
     if [[ "$(cat /proc/sys/kernel/sched_autogroup_enabled 2>/dev/null)" == 1 ]]; then
       echo "$share" >/proc/self/autogroup && exec "$@"
     fi
