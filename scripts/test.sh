@@ -144,12 +144,12 @@ set +e
 if (( whole_suite && building )); then
   # The whole suite, as root: the tests on the emulated hosts (they mostly
   # wait: on hosts, Slurm, a fault's timeout) here, and the others beside
-  # them, in those waits, at a lower share of the CPU (nice 5 in a session
+  # them, in those waits, at a lower share of the CPU (nice 10 in a session
   # of their own). Their output goes to a log; their summary follows this
   # one's.
   beside_log=runs/tests-beside.log
   echo "test.sh: the tests off the emulated hosts run beside them: $beside_log"
-  in_own_session 5 .venv/bin/python -m pytest -m "not cluster" \
+  in_own_session 10 .venv/bin/python -m pytest -m "not cluster" \
     --test-costs runs/test-costs-beside.jsonl >"$beside_log" 2>&1 &
   beside_pid=$!
   .venv/bin/python -m pytest -m cluster
