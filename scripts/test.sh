@@ -17,7 +17,8 @@ builds the GPU and the CPU image and the one that carries the code (all
 fast when already done; each build's log in runs/image-builds/).
 Without arguments, as root, the tests wait for them after the setup, then
 the tests on the emulated hosts (tests/cluster) run here and the others
-beside them, in their waits, at a lower CPU share: those others' output in
+beside them, in their waits, at a lower CPU share, until this run, done
+with the hosts, takes their last files: those others' output in
 runs/tests-beside.log, their summary at the end. With arguments, the tests
 run beside the builds, and the image tests wait for their image.
 Tests on the emulated hosts and the images need root; elsewhere they are
@@ -145,14 +146,18 @@ if (( whole_suite && building )); then
   # The whole suite, as root: the tests on the emulated hosts (they mostly
   # wait: on hosts, Slurm, a fault's timeout) here, and the others beside
   # them, in those waits, at a lower share of the CPU (nice 10 in a session
-  # of their own). Their output goes to a log; their summary follows this
-  # one's.
-  beside_log=runs/tests-beside.log
+  # of their own). The two share the others' files (tests/module_sharing.py):
+  # the tests beside take them from the front, and once the emulated hosts'
+  # tests are done, this pytest takes them from the back, so that neither
+  # ends long before the other. The output beside goes to a log; its
+  # summary follows this one's.
+  beside_log=runs/tests-beside.log shared=runs/shared-modules
+  rm -rf "$shared"
   echo "test.sh: the tests off the emulated hosts run beside them: $beside_log"
-  in_own_session 10 .venv/bin/python -m pytest -m "not cluster" \
+  in_own_session 10 .venv/bin/python -m pytest -m "not cluster" --share-modules "$shared" \
     --test-costs runs/test-costs-beside.jsonl >"$beside_log" 2>&1 &
   beside_pid=$!
-  .venv/bin/python -m pytest -m cluster
+  .venv/bin/python -m pytest --share-modules "$shared" --share-from back
   code=$?
   wait "$beside_pid"
   beside_code=$?

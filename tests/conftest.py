@@ -22,8 +22,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import module_sharing
 import pytest
 from cpu_account import CpuAccount
+from module_sharing import pytest_runtestloop  # noqa: F401  (a hook of this conftest)
 
 from horovod_train.core import mnist
 from horovod_train.emulation.cluster import STATE_DIR
@@ -196,6 +198,7 @@ def pytest_addoption(parser):
                         "long soak)")
     soak.addoption("--soak-seed", type=int, default=None,
                    help="the faults' random choices (default: a new seed, printed)")
+    module_sharing.pytest_addoption(parser)
 
 
 @pytest.fixture(scope="session")
@@ -522,6 +525,14 @@ def assert_clean_output(output: str) -> None:
     for line in output.splitlines():
         rest = line[m.end():] if (m := RANK_PREFIX.match(line)) else line
         assert not RANK_PREFIX.search(rest), line
+
+
+def marker_command(directory: Path) -> list[str]:
+    """A command that leaves a file per process it runs as, so a test can
+    tell whether anything was started."""
+    code = ("import os, pathlib; pathlib.Path(os.environ['MARKERS'], "
+            "str(os.getpid())).write_text('ran')")
+    return ["env", f"MARKERS={directory}", str(BIN / "python"), "-c", code]
 
 
 def on_host(host: str, command: list[str]) -> list[str]:
