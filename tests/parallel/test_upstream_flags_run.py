@@ -53,13 +53,20 @@ def test_pytorch_examples_command_line(small_mnist_dir, tmp_path):
 
     # --fp16-allreduce reaches the allreduce: the same run without it logs
     # other losses (its gradients are not rounded to float16), where two runs
-    # of one seed on the CPU log the same to the last bit. (The predivide
-    # factor 2.0 cannot show in the numbers: halving and doubling are exact.)
-    plain = run("pytorch_mnist.py", upstream_flags.argv(
+    # of one seed on the CPU log the same to the last bit.
+    plain_flags = upstream_flags.argv(
         flags, leave_out=("--use-adasum", "--use-mixed-precision", "--fp16-allreduce"))
-        + ["--no-download"], tmp_path / "plain")
+    plain = run("pytorch_mnist.py", plain_flags + ["--no-download"], tmp_path / "plain")
     assert plain.returncode == 0, (plain.stdout + plain.stderr)[-3000:]
     assert train_losses(tmp_path / "plain") != train_losses(tmp_path / "run")
+    # --gradient-predivide-factor reaches it too. Its 2.0 cannot show in the
+    # numbers (halving the gradients, then doubling the sum, is exact); 3.0,
+    # through the same option, divides inexactly and logs other losses.
+    thirds = plain_flags[:]
+    thirds[thirds.index("--gradient-predivide-factor") + 1] = "3.0"
+    third = run("pytorch_mnist.py", thirds + ["--no-download"], tmp_path / "thirds")
+    assert third.returncode == 0, (third.stdout + third.stderr)[-3000:]
+    assert train_losses(tmp_path / "thirds") != train_losses(tmp_path / "plain")
 
     adasum = run("pytorch_mnist.py", ["--num-proc", "2", "--communication", "mpi",
                                       "--use-adasum", "--epochs", "1", "--no-cuda",
