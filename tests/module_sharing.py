@@ -39,10 +39,12 @@ class Queue:
 
     def __init__(self, items: list, claims: Path, from_back: bool):
         self.claims = claims
-        self.own = [item for item in items if item.get_closest_marker(NOT_SHARED_MARKER)]
+        self.own: list = []
         modules: dict[str, list] = {}
         for item in items:
-            if not item.get_closest_marker(NOT_SHARED_MARKER):
+            if item.get_closest_marker(NOT_SHARED_MARKER):
+                self.own.append(item)
+            else:
                 modules.setdefault(item.nodeid.split("::")[0], []).append(item)
         self.modules = list(modules.items())
         if from_back:

@@ -30,13 +30,19 @@ def test_on_the_hosts():
 """
 
 
+ENV = {**os.environ, "PYTHONPATH": str(REPO / "tests")}  # where module_sharing.py is
+
+
+def pytest_of(suite, *args: str) -> list[str]:
+    """pytest on the generated suite, with the plugin loaded from tests/."""
+    return [sys.executable, "-m", "pytest", "-p", "module_sharing", "-p", "no:cacheprovider",
+            "-c", str(suite / "pytest.ini"), "--rootdir", str(suite), *args, str(suite)]
+
+
 def run(suite, *args: str) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(REPO / "tests")}
-    return subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-v", "-p", "module_sharing", "-p", "no:cacheprovider",
-         "-c", str(suite / "pytest.ini"), "--rootdir", str(suite),
-         "--share-modules", str(suite / "claims"), *args, str(suite)],
-        cwd=suite, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(pytest_of(suite, "-v", "--share-modules", str(suite / "claims"), *args),
+                            cwd=suite, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
 
 
 def passed(process: subprocess.Popen) -> list[str]:
@@ -74,9 +80,6 @@ def test_without_a_directory_every_test_collected_runs(tmp_path):
     (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    cluster: not shared\n")
     (tmp_path / "test_m0.py").write_text(SHARED_TEST)
     (tmp_path / "test_hosts.py").write_text(OWN_TEST)
-    env = {**os.environ, "PYTHONPATH": str(REPO / "tests")}
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "module_sharing", "-p", "no:cacheprovider",
-         "-c", str(tmp_path / "pytest.ini"), "--rootdir", str(tmp_path), str(tmp_path)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(pytest_of(tmp_path, "-q"), cwd=tmp_path, env=ENV,
+                            capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and "3 passed" in result.stdout, result.stdout
